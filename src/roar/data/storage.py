@@ -1,0 +1,160 @@
+"""On-disk format of prepared and masked datasets.
+
+A dataset folder holds ``meta.json``, ``vocab.json`` and one Arrow IPC file per split
+(``train.arrow``, ``val.arrow``, ``test.arrow``) with the columns ``tokens`` (list<int32>, the
+first sequence, the one that is masked), ``tokens2`` (list<int32>, the second sequence; empty
+for single-sequence tasks), ``label`` (int32) and ``index`` (int64, the example's position in the
+prepared split, kept through masking). Arrow files are compact, memory-mappable and byte-stable,
+so their content hash identifies a dataset version.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from roar.fileio import atomic_dir
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split, padded to its longest sequence.
+
+    Attributes:
+        tokens: ``[N, L]`` int64 ids of the first sequence, right-padded with 0.
+        lengths: ``[N]`` lengths of the first sequence.
+        tokens2: ``[N, L2]`` ids of the second sequence (``L2`` = 0 for single-sequence tasks).
+        lengths2: ``[N]`` lengths of the second sequence.
+        labels: ``[N]`` gold class ids.
+        index: ``[N]`` example ids, stable through masking.
+    """
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    tokens2: np.ndarray
+    lengths2: np.ndarray
+    labels: np.ndarray
+    index: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def paired(self) -> bool:
+        return self.tokens2.shape[1] > 0
+
+    def with_tokens(self, tokens: np.ndarray) -> Split:
+        """The same split with new first-sequence ids (same shape)."""
+        if tokens.shape != self.tokens.shape:
+            raise ValueError(f"tokens shape {tokens.shape} differs from {self.tokens.shape}")
+        return replace(self, tokens=tokens)
+
+    @classmethod
+    def from_lists(cls, tokens: list[list[int]], labels: list[int],
+                   tokens2: list[list[int]] | None = None, index: list[int] | None = None) -> Split:
+        t, lengths = _pad(tokens)
+        t2, lengths2 = _pad(tokens2 if tokens2 is not None else [[] for _ in tokens])
+        idx = np.arange(len(tokens)) if index is None else np.asarray(index, dtype=np.int64)
+        return cls(t, lengths, t2, lengths2, np.asarray(labels, dtype=np.int64), idx)
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """What a model needs to know about a prepared dataset."""
+
+    name: str
+    classes: list[str]
+    paired: bool
+    metric: str  # test metric: "accuracy" or "macro-f1"
+    select_metric: str  # checkpoint selection on validation: "accuracy" or "auroc"
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=2, sort_keys=True) + "\n"
+
+
+def _pad(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.asarray([len(s) for s in seqs], dtype=np.int64)
+    out = np.zeros((len(seqs), int(lengths.max(initial=0))), dtype=np.int64)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s
+    return out, lengths
+
+
+def _list_column(tokens: np.ndarray, lengths: np.ndarray):
+    import pyarrow as pa
+
+    keep = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
+    values = pa.array(tokens[keep].astype(np.int32))
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    return pa.ListArray.from_arrays(offsets, values)
+
+
+def _padded(column) -> tuple[np.ndarray, np.ndarray]:
+    column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    values = np.asarray(column.values, dtype=np.int64)
+    lengths = np.diff(offsets)
+    out = np.zeros((len(lengths), int(lengths.max(initial=0))), dtype=np.int64)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    cols = np.arange(len(values)) - np.repeat(offsets[:-1], lengths)
+    out[rows, cols] = values
+    return out, lengths
+
+
+def write_split(split: Split, path: Path) -> None:
+    """Write a split as an uncompressed Arrow IPC file (caller makes the folder atomic)."""
+    import pyarrow as pa
+
+    table = pa.table({
+        "tokens": _list_column(split.tokens, split.lengths),
+        "tokens2": _list_column(split.tokens2, split.lengths2),
+        "label": pa.array(split.labels.astype(np.int32)),
+        "index": pa.array(split.index.astype(np.int64)),
+    })
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def read_split(path: Path) -> Split:
+    """Read a split written by :func:`write_split` (memory-mapped)."""
+    import pyarrow as pa
+
+    with pa.memory_map(str(path), "r") as source:
+        table = pa.ipc.open_file(source).read_all()
+    tokens, lengths = _padded(table.column("tokens"))
+    tokens2, lengths2 = _padded(table.column("tokens2"))
+    return Split(tokens, lengths, tokens2, lengths2,
+                 table.column("label").to_numpy().astype(np.int64),
+                 table.column("index").to_numpy().astype(np.int64))
+
+
+def write_dataset(folder: Path, meta: DatasetMeta, vocab_json: str, splits: dict[str, Split]) -> None:
+    """Write a whole dataset folder atomically (replacing an older one)."""
+    with atomic_dir(folder) as tmp:
+        (tmp / "meta.json").write_text(meta.to_json())
+        (tmp / "vocab.json").write_text(vocab_json)
+        for name, split in splits.items():
+            write_split(split, tmp / f"{name}.arrow")
+
+
+def read_meta(folder: Path) -> DatasetMeta:
+    path = folder / "meta.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} is not a prepared dataset (no meta.json)")
+    return DatasetMeta(**json.loads(path.read_text()))
+
+
+def read_dataset(folder: Path) -> tuple[DatasetMeta, dict[str, Split]]:
+    """Read the metadata and all splits of a dataset folder."""
+    meta = read_meta(folder)
+    return meta, {name: read_split(folder / f"{name}.arrow") for name in SPLITS}
+
+
+def vocab_size(folder: Path) -> int:
+    return len(json.loads((folder / "vocab.json").read_text()))
+

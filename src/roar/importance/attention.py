@@ -1,0 +1,23 @@
+"""Attention importance: the BiLSTM's additive attention weights over the first sequence."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from roar.models.batching import Batch
+
+
+class AttentionImportance:
+    """``alpha_t`` of the attention layer; refused for models without one (the transformer)."""
+
+    name = "attention"
+    needs_model = True
+
+    @torch.no_grad()
+    def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
+        out = model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2)
+        if out.attention is None:
+            raise ValueError(f"the attention measure needs a model with an attention layer; "
+                             f"{type(model).__name__} has none")
+        return out.attention

@@ -1,0 +1,28 @@
+"""Gradient importance: the L2 norm of the gold logit's gradient with respect to the one-hot input."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from roar.importance.base import embedding_gradient
+from roar.models.batching import Batch
+
+
+class GradientImportance:
+    """``||dy_c/dx||_2`` over the vocabulary axis of the one-hot token x.
+
+    With ``e = x W`` (W: ``[V, D]`` embedding matrix), ``dy/dx = W g`` for ``g = dy/de``, and
+    ``||W g||^2 = g^T (W^T W) g``: the ``[D, D]`` Gram matrix gives the norm without the
+    ``[B, L, V]`` tensor.
+    """
+
+    name = "gradient"
+    needs_model = True
+
+    def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
+        grad = embedding_gradient(model, batch, model.embed(batch.tokens))
+        weight = model.embedding.weight.detach()
+        gram = weight.T @ weight
+        squared = torch.einsum("bld,de,ble->bl", grad, gram, grad)
+        return squared.clamp(min=0).sqrt()

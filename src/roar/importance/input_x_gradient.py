@@ -1,0 +1,21 @@
+"""Input x gradient importance: ``|x . dy_c/dx|`` with one-hot x, i.e. ``|e . dy_c/de|``."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from roar.importance.base import embedding_gradient
+from roar.models.batching import Batch
+
+
+class InputXGradientImportance:
+    """Absolute dot product of each token's embedding and the gold logit's gradient there."""
+
+    name = "input-x-gradient"
+    needs_model = True
+
+    def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
+        embeddings = model.embed(batch.tokens).detach()
+        grad = embedding_gradient(model, batch, embeddings)
+        return (grad * embeddings).sum(-1).abs()

@@ -1,0 +1,80 @@
+"""Masking of the first sequence by importance, and one (Recursive) ROAR step.
+
+Rules (DESIGN §2): only the first sequence is masked; special tokens are never masked;
+already-masked tokens stay masked and count towards k; ``quantile`` masks
+``floor(k/100 * maskable)`` tokens, ``count`` masks ``min(k, maskable)``; masked tokens are
+replaced by the mask id (length kept); ties go to the earlier position (stable sort).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roar.data.storage import Split
+from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS
+
+STRATEGIES = ("quantile", "count")
+
+
+def check_k(k: int, strategy: str) -> None:
+    """Raise a one-line error for a k that ``strategy`` does not allow."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown masking strategy {strategy!r}; allowed: {', '.join(STRATEGIES)}")
+    if strategy == "quantile" and not 0 <= k <= 100:
+        raise ValueError(f"k={k!r} is not a percentage; quantile allows 0..100")
+    if strategy == "count" and k < 0:
+        raise ValueError(f"k={k!r} must be >= 0 tokens for the count strategy")
+
+
+def maskable_positions(tokens: np.ndarray, lengths: np.ndarray,
+                       unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> np.ndarray:
+    """``[N, L]`` bool: inside the sequence and not a special token (mask tokens count as maskable)."""
+    inside = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
+    return inside & ~np.isin(tokens, unmaskable_ids)
+
+
+def target_masked(n_maskable: np.ndarray, k: int, strategy: str) -> np.ndarray:
+    """``[N]`` number of tokens that should be masked at ``k``."""
+    check_k(k, strategy)
+    if strategy == "quantile":
+        return (k * n_maskable) // 100  # integer arithmetic: exact floor
+    return np.minimum(k, n_maskable)
+
+
+def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, k: int, strategy: str,
+               mask_id: int = MASK_ID, unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> np.ndarray:
+    """Mask the most important unmasked tokens until ``k`` is reached.
+
+    Args:
+        tokens: ``[N, L]`` first-sequence ids (may already hold mask ids).
+        lengths: ``[N]`` sequence lengths.
+        importance: ``[N, L]`` scores, higher = more important (values off the candidates ignored).
+        k: percent (quantile) or tokens (count).
+        strategy: ``quantile`` or ``count``.
+
+    Returns:
+        ``[N, L]`` new ids; the input is not modified.
+    """
+    if importance.shape != tokens.shape:
+        raise ValueError(f"importance shape {importance.shape} differs from tokens shape {tokens.shape}")
+    maskable = maskable_positions(tokens, lengths, unmaskable_ids)
+    already = maskable & (tokens == mask_id)
+    to_mask = np.maximum(target_masked(maskable.sum(1), k, strategy) - already.sum(1), 0)
+    candidates = maskable & ~already
+    scores = np.where(candidates, importance.astype(np.float64), -np.inf)
+    order = np.argsort(-scores, axis=1, kind="stable")  # descending, earlier position first on ties
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(tokens.shape[1])[None, :].repeat(len(tokens), 0), axis=1)
+    chosen = candidates & (rank < to_mask[:, None])
+    return np.where(chosen, mask_id, tokens)
+
+
+def mask_split(split: Split, importance: np.ndarray, k: int, strategy: str) -> Split:
+    """The split with its first sequence masked up to ``k`` by ``importance``."""
+    return split.with_tokens(mask_top_k(split.tokens, split.lengths, importance, k, strategy))
+
+
+def masked_fraction(split: Split) -> float:
+    """Share of maskable tokens that are masked (a sanity figure logged per step)."""
+    maskable = maskable_positions(split.tokens, split.lengths)
+    return float((maskable & (split.tokens == MASK_ID)).sum() / max(maskable.sum(), 1))

@@ -1,0 +1,143 @@
+"""BiLSTM-attention classifiers of Jain & Wallace (2019) as used by Madsen et al. (2022).
+
+Both take the first sequence's embeddings from outside when asked (``inputs_embeds``), so that
+gradient-based importance measures can differentiate with respect to them and integrated
+gradients can scale them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+
+class ModelOutput(NamedTuple):
+    """Forward pass results.
+
+    Attributes:
+        logits: ``[B, C]`` class scores.
+        attention: ``[B, L]`` attention over the first sequence (0 on padding), or None.
+        embeddings: ``[B, L, D]`` the first sequence's input embeddings used.
+    """
+
+    logits: torch.Tensor
+    attention: torch.Tensor | None
+    embeddings: torch.Tensor
+
+
+def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """``[B, L]`` bool, True on real tokens."""
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis with masked-out positions at exactly 0."""
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+
+
+def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each sequence of ``[B, L, ...]`` within its length; padding stays in place."""
+    positions = torch.arange(x.shape[1], device=x.device)[None, :]
+    index = torch.where(positions < lengths[:, None], lengths[:, None] - 1 - positions, positions)
+    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
+class BiLSTMEncoder(nn.Module):
+    """One-layer bidirectional LSTM over right-padded sequences.
+
+    The backward direction runs a second LSTM over each sequence reversed within its length, so
+    both directions run on plain padded tensors (the fused CPU/GPU kernels) instead of packed
+    sequences, whose CPU backward pass is several times slower; outputs at real positions are
+    exactly those of a packed bidirectional LSTM.
+    """
+
+    def __init__(self, input_dim: int, hidden: int):
+        super().__init__()
+        self.forward_lstm = nn.LSTM(input_dim, hidden, batch_first=True)
+        self.backward_lstm = nn.LSTM(input_dim, hidden, batch_first=True)
+
+    def forward(self, embeddings: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns states ``[B, L, 2H]`` (0 on padding) and the final state ``[B, 2H]`` (forward ++ backward)."""
+        lengths = lengths.clamp(min=1)
+        forward_states, _ = self.forward_lstm(embeddings)
+        backward_states = reverse_padded(self.backward_lstm(reverse_padded(embeddings, lengths))[0], lengths)
+        last = (lengths - 1)[:, None, None].expand(-1, 1, forward_states.shape[-1])
+        final = torch.cat([forward_states.gather(1, last).squeeze(1), backward_states[:, 0]], dim=-1)
+        states = torch.cat([forward_states, backward_states], dim=-1)
+        return states * padding_mask(lengths, embeddings.shape[1])[..., None], final
+
+
+class BiLSTMAttention(nn.Module):
+    """BiLSTM-attention for one sequence (SST, IMDB, MIMIC) or a pair (SNLI, bAbI).
+
+    Single: embedding -> BiLSTM -> additive tanh attention -> linear.
+    Paired: separate BiLSTMs for both sequences; attention over the first conditioned on the
+    second's final state q, ``v . tanh(W1 h_t + W1' q)``; decoder ``tanh(Wp c + Wq q)`` -> linear.
+
+    Args:
+        vocab_size: number of token ids.
+        n_classes: number of output classes.
+        paired: whether a second sequence conditions the attention.
+        embedding_dim: word vector size.
+        hidden: LSTM hidden size per direction.
+        attention_hidden: size of the additive attention's hidden layer.
+        embeddings: optional ``[V, D]`` pretrained vectors (rows of pad/special/OOV are zero).
+    """
+
+    def __init__(self, vocab_size: int, n_classes: int, paired: bool, embedding_dim: int = 300,
+                 hidden: int = 128, attention_hidden: int = 128, embeddings: torch.Tensor | None = None):
+        super().__init__()
+        self.paired = paired
+        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
+        if embeddings is not None:
+            self.embedding.weight.data.copy_(embeddings)
+        self.encoder = BiLSTMEncoder(embedding_dim, hidden)
+        self.attention_in = nn.Linear(2 * hidden, attention_hidden)
+        self.attention_out = nn.Linear(attention_hidden, 1, bias=False)
+        if paired:
+            self.encoder2 = BiLSTMEncoder(embedding_dim, hidden)
+            self.attention_query = nn.Linear(2 * hidden, attention_hidden, bias=False)
+            self.decoder_context = nn.Linear(2 * hidden, hidden)
+            self.decoder_query = nn.Linear(2 * hidden, hidden, bias=False)
+            self.output = nn.Linear(hidden, n_classes)
+        else:
+            self.output = nn.Linear(2 * hidden, n_classes)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``[B, L]`` ids -> ``[B, L, D]`` embeddings of the first sequence."""
+        return self.embedding(tokens)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, tokens2: torch.Tensor | None = None,
+                lengths2: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> ModelOutput:
+        """Classify a batch.
+
+        Args:
+            tokens: ``[B, L]`` first-sequence ids, right-padded.
+            lengths: ``[B]`` first-sequence lengths.
+            tokens2, lengths2: ``[B, L2]`` and ``[B]``, the second sequence (paired models only).
+            inputs_embeds: ``[B, L, D]`` first-sequence embeddings to use instead of ``embed(tokens)``.
+        """
+        embeddings = self.embed(tokens) if inputs_embeds is None else inputs_embeds
+        states, _ = self.encoder(embeddings, lengths)
+        mask = padding_mask(lengths, tokens.shape[1])
+        hidden = self.attention_in(states)
+        if self.paired:
+            _, query = self.encoder2(self.embedding(tokens2), lengths2)
+            hidden = hidden + self.attention_query(query)[:, None, :]
+        attention = masked_softmax(self.attention_out(torch.tanh(hidden)).squeeze(-1), mask)
+        context = torch.einsum("bl,bld->bd", attention, states)
+        if self.paired:
+            logits = self.output(torch.tanh(self.decoder_context(context) + self.decoder_query(query)))
+        else:
+            logits = self.output(context)
+        return ModelOutput(logits, attention, embeddings)
+
+    def decayed_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        """(parameters with weight decay, without): single models exempt the embedding."""
+        if self.paired:
+            return list(self.parameters()), []
+        embedding = {id(p) for p in self.embedding.parameters()}
+        return ([p for p in self.parameters() if id(p) not in embedding], list(self.embedding.parameters()))

@@ -1,0 +1,185 @@
+"""Train a classifier with Lightning, keep the best validation epoch, score the test split."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+
+from roar.data.storage import DatasetMeta, Split
+from roar.fileio import atomic_dir
+from roar.metrics import compute_metric
+from roar.models.batching import SplitDataset, iterate_batches
+
+MODELS = ("bilstm-attention", "roberta")
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters of one training run (paper defaults for the single-sequence BiLSTM)."""
+
+    model: str = "bilstm-attention"
+    epochs: int = 8
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
+    embedding_dim: int = 300
+    hidden: int = 128
+    attention_hidden: int = 128
+    threads: int = 0  # torch CPU threads; 0 keeps torch's default
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown training parameter(s) {unknown}; allowed: {sorted(known)}")
+        config = cls(**values)
+        if config.model not in MODELS:
+            raise ValueError(f"unknown model {config.model!r}; allowed: {', '.join(MODELS)}")
+        for name in ("epochs", "batch_size", "embedding_dim", "hidden", "attention_hidden"):
+            if getattr(config, name) < 1:
+                raise ValueError(f"training parameter {name}={getattr(config, name)!r} must be >= 1")
+        return config
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced; ``history`` has one dict per epoch."""
+
+    best_epoch: int
+    val_metric: float
+    test_metric: float
+    metric: str
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+
+
+def build_model(meta: DatasetMeta, vocab_size: int, config: TrainConfig) -> torch.nn.Module:
+    """A fresh, randomly initialised model for ``meta``'s task."""
+    if config.model == "bilstm-attention":
+        from roar.models.bilstm import BiLSTMAttention
+
+        return BiLSTMAttention(vocab_size, len(meta.classes), meta.paired, config.embedding_dim,
+                               config.hidden, config.attention_hidden)
+    raise ValueError(f"model {config.model!r} is not available; allowed: bilstm-attention")
+
+
+def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig):
+    import lightning as L
+
+    class ClassifierModule(L.LightningModule):
+        """Cross-entropy training; remembers the weights of the best validation epoch."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.history: list[dict] = []
+            self.best_state: dict | None = None
+            self.best_epoch, self.best_score = -1, float("-inf")
+            self._loss_sum, self._loss_n = 0.0, 0
+            self._val_logits: list[torch.Tensor] = []
+            self._val_labels: list[torch.Tensor] = []
+
+        def training_step(self, batch, _):
+            logits = self.model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2).logits
+            loss = torch.nn.functional.cross_entropy(logits, batch.labels)
+            self._loss_sum += float(loss.detach()) * len(batch.labels)
+            self._loss_n += len(batch.labels)
+            return loss
+
+        def validation_step(self, batch, _):
+            self._val_logits.append(self.model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2).logits)
+            self._val_labels.append(batch.labels)
+
+        def on_validation_epoch_end(self):
+            score = compute_metric(select_metric, torch.cat(self._val_logits).cpu(), torch.cat(self._val_labels).cpu())
+            self._val_logits, self._val_labels = [], []
+            epoch = self.current_epoch
+            self.history.append({"epoch": epoch, "train_loss": self._loss_sum / max(self._loss_n, 1),
+                                 f"val_{select_metric}": score})
+            self._loss_sum, self._loss_n = 0.0, 0
+            if score > self.best_score:
+                self.best_score, self.best_epoch = score, epoch
+                self.best_state = copy.deepcopy(self.model.state_dict())
+
+        def configure_optimizers(self):
+            decayed, plain = self.model.decayed_parameters()
+            groups = [{"params": decayed, "weight_decay": config.weight_decay}]
+            if plain:
+                groups.append({"params": plain, "weight_decay": 0.0})
+            return torch.optim.Adam(groups, lr=config.lr, amsgrad=True)
+
+    return ClassifierModule()
+
+
+@torch.no_grad()
+def predict_logits(model: torch.nn.Module, split: Split, batch_size: int = 256) -> torch.Tensor:
+    """``[N, C]`` logits of ``model`` on ``split``, in split order."""
+    model.eval()
+    device = next(model.parameters()).device
+    out = [model(*(b.to(device)[:4])).logits.cpu() for b in iterate_batches(split, batch_size)]
+    return torch.cat(out)
+
+
+def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: TrainConfig, seed: int,
+          progress: bool = True) -> tuple[torch.nn.Module, TrainResult]:
+    """Train a fresh model on ``splits['train']``, select by validation, score on test.
+
+    Returns:
+        The model with its best-validation weights, and the run's :class:`TrainResult`.
+    """
+    import lightning as L
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    start = time.perf_counter()
+    L.seed_everything(seed, verbose=False)
+    model = build_model(meta, vocab_size, config)
+    module = _make_module(model, meta.select_metric, config)
+    train_set, val_set = SplitDataset(splits["train"]), SplitDataset(splits["val"])
+    generator = torch.Generator().manual_seed(seed)
+    loaders = (
+        torch.utils.data.DataLoader(train_set, config.batch_size, shuffle=True, generator=generator,
+                                    collate_fn=train_set.collate),
+        torch.utils.data.DataLoader(val_set, 256, collate_fn=val_set.collate),
+    )
+    trainer = L.Trainer(max_epochs=config.epochs, logger=False, enable_checkpointing=False,
+                        enable_model_summary=False, enable_progress_bar=progress, num_sanity_val_steps=0,
+                        deterministic=False)
+    trainer.fit(module, *loaders)
+    model.load_state_dict(module.best_state)
+    test_logits = predict_logits(model, splits["test"])
+    test_metric = compute_metric(meta.metric, test_logits, torch.from_numpy(splits["test"].labels))
+    result = TrainResult(best_epoch=module.best_epoch, val_metric=module.best_score, test_metric=test_metric,
+                         metric=meta.metric, seconds=time.perf_counter() - start, history=module.history)
+    return model, result
+
+
+def save_model(folder: Path, model: torch.nn.Module, config: TrainConfig, meta: DatasetMeta, vocab_size: int,
+               result: TrainResult) -> None:
+    """Write ``model.safetensors``, ``config.json`` and ``result.json`` atomically."""
+    from safetensors.torch import save_file
+
+    with atomic_dir(folder) as tmp:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+        (tmp / "config.json").write_text(json.dumps(
+            {"train": asdict(config), "meta": meta.__dict__, "vocab_size": vocab_size}, indent=2, sort_keys=True) + "\n")
+        (tmp / "result.json").write_text(json.dumps(asdict(result), indent=2, sort_keys=True) + "\n")
+
+
+def load_model(folder: Path) -> torch.nn.Module:
+    """Rebuild a model saved by :func:`save_model` (safetensors: no pickled code is loaded)."""
+    from safetensors.torch import load_file
+
+    if not (folder / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{folder} holds no trained model (model.safetensors missing)")
+    saved = json.loads((folder / "config.json").read_text())
+    model = build_model(DatasetMeta(**saved["meta"]), saved["vocab_size"], TrainConfig(**saved["train"]))
+    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    model.eval()
+    return model
