@@ -13,7 +13,7 @@ import torch
 from roar.data.storage import DatasetMeta, Split
 from roar.fileio import atomic_dir
 from roar.metrics import compute_metric
-from roar.models.batching import SplitDataset, iterate_batches
+from roar.models.batching import BucketBatchSampler, SplitDataset, iterate_batches
 
 MODELS = ("bilstm-attention", "roberta")
 
@@ -142,10 +142,9 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
     model = build_model(meta, vocab_size, config)
     module = _make_module(model, meta.select_metric, config)
     train_set, val_set = SplitDataset(splits["train"]), SplitDataset(splits["val"])
-    generator = torch.Generator().manual_seed(seed)
+    sampler = BucketBatchSampler(splits["train"].lengths, config.batch_size, seed)
     loaders = (
-        torch.utils.data.DataLoader(train_set, config.batch_size, shuffle=True, generator=generator,
-                                    collate_fn=train_set.collate),
+        torch.utils.data.DataLoader(train_set, batch_sampler=sampler, collate_fn=train_set.collate),
         torch.utils.data.DataLoader(val_set, 256, collate_fn=val_set.collate),
     )
     trainer = L.Trainer(max_epochs=config.epochs, logger=False, enable_checkpointing=False,

@@ -1,0 +1,91 @@
+"""The ``roar`` command line: a thin typer layer over the library, heavy imports deferred."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="Recursive ROAR: how faithful are NLP importance measures?", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+
+PARAMS = typer.Option(Path("params.yaml"), "--params", help="Study and hyperparameters file.")
+PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show progress bars.")
+
+
+def _fail(error: Exception) -> None:
+    typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."), params: Path = PARAMS) -> None:
+    """Prepare DATASET (tokenize, vocabulary, splits) and its all-masked (k = 100) copy."""
+    from roar.chain import write_all_masked
+    from roar.data.prepare import DATASETS, PrepareConfig, prepare as prepare_dataset
+    from roar.params import load_params, section
+    from roar.paths import Layout
+
+    try:
+        if dataset not in DATASETS:
+            raise ValueError(f"unknown dataset {dataset!r}; allowed: {', '.join(DATASETS)}")
+        config = PrepareConfig(**section(load_params(params), "prepare", dataset))
+        layout = Layout()
+        summary = prepare_dataset(dataset, layout.prepared(dataset), config)
+        write_all_masked(layout.prepared(dataset), layout.all_masked(dataset))
+    except (ValueError, KeyError, FileNotFoundError, TypeError) as error:
+        _fail(error)
+    typer.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
+
+
+@app.command("train-reference")
+def train_reference(dataset: str, model: str, seed: int, which: str = typer.Option(
+        "k0", help="k0: unmasked data; all: every maskable token masked (k = 100)."),
+        params: Path = PARAMS, progress: bool = PROGRESS) -> None:
+    """Train the shared model of DATASET/MODEL/SEED at k = 0 or k = 100."""
+    from roar.chain import Runner
+    from roar.params import load_params
+
+    try:
+        record = Runner(load_params(params), progress=progress).run_reference(dataset, model, seed, which)
+    except (ValueError, KeyError, FileNotFoundError) as error:
+        _fail(error)
+    typer.echo(f"{dataset} {model} seed={seed} {which}: test {record['metric']}={record['value']:.4f}")
+
+
+@app.command()
+def chain(dataset: str, model: str, measure: str, seed: int,
+          recursive: bool = typer.Option(True, "--recursive/--roar", help="Recursive ROAR or plain ROAR."),
+          params: Path = PARAMS, progress: bool = PROGRESS) -> None:
+    """Run every ROAR step of one chain (importance -> mask -> train), resuming finished steps."""
+    from roar.chain import ChainSpec, Runner
+    from roar.importance import MEASURES
+    from roar.params import load_params
+
+    try:
+        if measure not in MEASURES:
+            raise ValueError(f"unknown measure {measure!r}; allowed: {', '.join(MEASURES)}")
+        records = Runner(load_params(params), progress=progress).run_chain(
+            ChainSpec(dataset, model, measure, seed, recursive))
+    except (ValueError, KeyError, FileNotFoundError) as error:
+        _fail(error)
+    for r in records:
+        typer.echo(f"k={r['k']:>3} {r['metric']}={r['value']:.4f}")
+
+
+@app.command()
+def report(params: Path = PARAMS, results: Path = typer.Option(Path("results"), help="Per-point results folder."),
+           out: Path = typer.Option(Path("reports"), help="Report folder.")) -> None:
+    """Summarise the per-point results into points.csv, curves.csv and racu.csv."""
+    from roar.params import load_params
+    from roar.report import write_report
+
+    try:
+        write_report(load_params(params), results, out)
+    except (ValueError, KeyError, FileNotFoundError) as error:
+        _fail(error)
+    typer.echo(f"report written to {out}/")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,52 @@
+"""Where every output lives, in one place (relative to the project root)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def mode_name(recursive: bool) -> str:
+    return "recursive" if recursive else "roar"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of a project's DVC outputs, laid out by dataset, model, chain, seed and k."""
+
+    root: Path = Path(".")
+
+    def prepared(self, dataset: str) -> Path:
+        return self.root / "data" / "prepared" / dataset
+
+    def all_masked(self, dataset: str) -> Path:
+        """The k = 100 data: every maskable token masked, shared by all measures and seeds."""
+        return self.root / "data" / "masked" / dataset / "all"
+
+    def chain_data(self, dataset: str, model: str, measure: str, recursive: bool, seed: int) -> Path:
+        return self.root / "data" / "masked" / dataset / model / measure / mode_name(recursive) / f"s{seed}"
+
+    def chain_models(self, dataset: str, model: str, measure: str, recursive: bool, seed: int) -> Path:
+        return self.root / "models" / dataset / model / measure / mode_name(recursive) / f"s{seed}"
+
+    def chain_results(self, dataset: str, model: str, measure: str, recursive: bool, seed: int) -> Path:
+        return self.root / "results" / dataset / model / measure / mode_name(recursive) / f"s{seed}"
+
+    def shared_model(self, dataset: str, model: str, k: str, seed: int) -> Path:
+        """``k`` is ``k0`` (unmasked) or ``all`` (everything masked)."""
+        return self.root / "models" / dataset / model / k / f"s{seed}"
+
+    def shared_result(self, dataset: str, model: str, k: str, seed: int) -> Path:
+        return self.root / "results" / dataset / model / k / f"s{seed}.json"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+
+def step_dir(chain_dir: Path, k: int) -> Path:
+    return chain_dir / f"k{k}"

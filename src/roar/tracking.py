@@ -1,0 +1,135 @@
+"""MLflow tracking: one explicit tracking URI and a run tree that spans processes.
+
+study -> chain -> step -> (importance, train). Every DVC stage is its own process, so children
+name their parent with the standard ``mlflow.parentRunId`` tag instead of MLflow's in-process
+run stack. Runs carry the ``roar.*`` tags of DESIGN §4.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+KINDS = ("study", "chain", "step", "importance", "train", "report")
+PARENT_TAG = "mlflow.parentRunId"
+
+
+def tracking_uri(root: Path = Path(".")) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<root>/mlflow.db``."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root.resolve() / 'mlflow.db'}"
+
+
+def git_commit(root: Path = Path(".")) -> str:
+    """The checked-out commit, with ``-dirty`` when tracked files differ from it ('' outside git)."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return commit + ("-dirty" if dirty else "")
+
+
+def fingerprint(obj: object) -> str:
+    """Short stable hash of a JSON-able object (params of a study or a step)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class Tracker:
+    """Thin layer over ``MlflowClient`` for runs with explicit parents and roar tags."""
+
+    def __init__(self, experiment: str, root: Path = Path(".")):
+        import logging
+
+        from mlflow.tracking import MlflowClient
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        self.root = root
+        self.uri = tracking_uri(root)
+        self.client = MlflowClient(self.uri)
+        self.commit = git_commit(root)
+        with _lock(root):
+            found = self.client.get_experiment_by_name(experiment)
+            self.experiment_id = (found.experiment_id if found else self.client.create_experiment(
+                experiment, artifact_location=(root.resolve() / "mlartifacts" / experiment).as_uri()))
+
+    def start(self, kind: str, name: str, parent: str | None, tags: dict, params: dict | None = None) -> str:
+        """Create a running run of ``kind`` under ``parent``; returns its id."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown run kind {kind!r}; allowed: {', '.join(KINDS)}")
+        all_tags = {"roar.kind": kind, "roar.git_commit": self.commit, "mlflow.runName": name,
+                    **{k: str(v) for k, v in tags.items()}}
+        if parent:
+            all_tags[PARENT_TAG] = parent
+        run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name)
+        if params:
+            self.log_params(run.info.run_id, params)
+        return run.info.run_id
+
+    def log_params(self, run_id: str, params: dict) -> None:
+        from mlflow.entities import Param
+
+        self.client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())])
+
+    def log_metrics(self, run_id: str, metrics: dict, step: int = 0) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+
+    def log_dataset(self, run_id: str, name: str, path: Path, digest: str, context: str) -> None:
+        """Record a dataset folder as a run input (``mlflow.log_input``'s entity)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(name=name, digest=digest[:36], source_type="local",
+                          source=json.dumps({"uri": str(path)}))
+        self.client.log_inputs(run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", context)])])
+
+    def end(self, run_id: str, failed: bool = False) -> None:
+        self.client.set_terminated(run_id, "FAILED" if failed else "FINISHED")
+
+    @contextmanager
+    def run(self, kind: str, name: str, parent: str | None, tags: dict, params: dict | None = None):
+        """A run that ends FINISHED, or FAILED if the block raises."""
+        run_id = self.start(kind, name, parent, tags, params)
+        try:
+            yield run_id
+        except BaseException:
+            self.end(run_id, failed=True)
+            raise
+        self.end(run_id)
+
+    def study_run(self, study_name: str, study_key: str, params: dict) -> str:
+        """The study run of this grid and commit: ``ROAR_STUDY_RUN_ID``, else found or created once."""
+        if os.environ.get("ROAR_STUDY_RUN_ID"):
+            return os.environ["ROAR_STUDY_RUN_ID"]
+        with _lock(self.root):
+            runs = self.client.search_runs(
+                [self.experiment_id],
+                f"tags.`roar.kind` = 'study' and tags.`roar.study_key` = '{study_key}' "
+                f"and tags.`roar.git_commit` = '{self.commit}'", max_results=1)
+            if runs:
+                return runs[0].info.run_id
+            run_id = self.start("study", study_name, None, {"roar.study_key": study_key}, params)
+        return run_id
+
+
+@contextmanager
+def _lock(root: Path):
+    """Serialise find-or-create across the parallel stage processes of one workspace."""
+    path = root / ".roar.lock"
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
