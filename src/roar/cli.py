@@ -87,5 +87,25 @@ def report(params: Path = PARAMS, results: Path = typer.Option(Path("results"), 
     typer.echo(f"report written to {out}/")
 
 
+@app.command()
+def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once."),
+             push: bool = typer.Option(True, "--push/--no-push", help="Push outputs to the DVC remote.")) -> None:
+    """Run the whole study (dvc repro, chains in parallel), then push to the DVC remote."""
+    import subprocess
+    import time
+
+    from roar.launch import run_pipeline
+
+    start = time.perf_counter()
+    try:
+        run_pipeline(jobs=jobs, log=typer.echo)
+    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as error:
+        _fail(error)
+    typer.echo(f"[roar] pipeline finished in {time.perf_counter() - start:.0f} s")
+    if push:
+        subprocess.run(["dvc", "push", "-q"], check=True)
+        typer.echo("[roar] outputs pushed to the DVC remote")
+
+
 if __name__ == "__main__":
     app()

@@ -1,0 +1,36 @@
+# Two self-contained entry points: `make run` (the embedded default study) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+JOBS ?= 2
+
+.PHONY: setup run test test-slow bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,offline-data]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	@start=$$(date +%s); \
+	roar pipeline --jobs $(JOBS) && \
+	echo "[roar] make run: $$(( $$(date +%s) - start )) s" && \
+	echo "[roar] report: reports/racu.csv, reports/curves.csv, reports/points.csv" && \
+	echo "[roar] MLflow UI: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1"
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow
+
+bench: setup
+	$(BIN)/python bench/bench_integrated_gradients.py
+
+clean:
+	rm -rf data/prepared data/masked models/* results reports/*.csv mlflow.db mlartifacts .dvc/tmp
