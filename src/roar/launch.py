@@ -1,6 +1,6 @@
 """Run a whole study: DVC stages in dependency waves, independent chains in parallel.
 
-Each wave runs ``dvc --wait-for-lock repro <stage>`` for its stages on a pool of ``jobs``
+Each wave runs ``dvc repro --single-item <stage>`` (earlier waves made its inputs) for its stages on a pool of ``jobs``
 workers (DVC releases its repository lock while a stage's command runs, so independent stages
 of one workspace run side by side). All stages share one MLflow study run, passed down through
 ``ROAR_STUDY_RUN_ID``. A final plain ``dvc repro`` runs whatever is left (the report) and
@@ -27,7 +27,7 @@ def stage_names(root: Path) -> list[str]:
 
 def _repro(root: Path, env: dict, stage: str) -> tuple[str, int, float, str]:
     start = time.perf_counter()
-    proc = subprocess.run(["dvc", "--wait-for-lock", "repro", stage], cwd=root, env=env, capture_output=True,
+    proc = subprocess.run(["dvc", "--wait-for-lock", "repro", "--single-item", stage], cwd=root, env=env, capture_output=True,
                           text=True)
     return stage, proc.returncode, time.perf_counter() - start, proc.stdout[-2000:] + proc.stderr[-4000:]
 

@@ -1,0 +1,177 @@
+"""Real DVC and real MLflow, end to end, on a tiny grid in a throwaway project."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.pipeline
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def sh(*args: str, cwd: Path, env: dict | None = None) -> str:
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def tiny_params() -> dict:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["study"].update(name="tiny", measures=["random", "attention"], seeds=[0, 1], steps=[40, 70])
+    params["prepare"]["babi-1"].update(n_train=240, n_test=60)
+    params["train"]["bilstm-attention"]["babi-1"].update(epochs=1)
+    return params
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A git + DVC project holding this repo's pipeline files and a tiny params.yaml, run once."""
+    root = tmp_path_factory.mktemp("project")
+    for name in ("dvc.yaml", "MLproject", ".gitignore"):
+        shutil.copy(REPO / name, root / name)
+    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("ROAR_STUDY_RUN_ID", None)
+    sh("git", "init", "-q", cwd=root)
+    sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init", cwd=root)
+    sh("dvc", "init", "-q", cwd=root)
+    sh("dvc", "remote", "add", "-d", "storage", "../dvc-storage", cwd=root)
+    sh("git", "add", "-A", cwd=root)
+    sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "project", cwd=root)
+    sh("roar", "pipeline", "--jobs", "2", cwd=root, env=env)
+    return root
+
+
+def runs(root: Path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tiny")
+    return client.search_runs([experiment.experiment_id], max_results=10_000)
+
+
+def test_outputs_and_lock(project: Path) -> None:
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    assert "report" in lock
+    assert "recursive@babi-1-bilstm-attention-attention-1" in lock
+    for measure in ("random", "attention"):
+        for seed in (0, 1):
+            for k in (40, 70):
+                data = project / f"data/masked/babi-1/bilstm-attention/{measure}/recursive/s{seed}/k{k}"
+                model = project / f"models/babi-1/bilstm-attention/{measure}/recursive/s{seed}/k{k}"
+                assert (data / "train.arrow").is_file() and (model / "model.safetensors").is_file()
+                record = json.loads((project / f"results/babi-1/bilstm-attention/{measure}/recursive/s{seed}/k{k}.json").read_text())
+                assert record["k"] == k and record["data_path"].endswith(f"k{k}")
+                assert len(record["input_data_hash"]) == 64 and len(record["model_hash"]) == 64
+    # the recursion chains: step 70's importance ran on step 40's data and model
+    r40 = json.loads((project / "results/babi-1/bilstm-attention/attention/recursive/s0/k40.json").read_text())
+    r70 = json.loads((project / "results/babi-1/bilstm-attention/attention/recursive/s0/k70.json").read_text())
+    assert r70["input_data_hash"] == r40["data_hash"] and r70["input_model_hash"] == r40["model_hash"]
+    points = (project / "reports/points.csv").read_text().splitlines()
+    assert points[0] == "dataset,model,measure,recursive,strategy,seed,k,metric,value"
+    assert len(points) == 1 + 2 * 2 * 4  # 2 measures x 2 seeds x (k0, 40, 70, 100)
+    racu = (project / "reports/racu.csv").read_text().splitlines()
+    assert racu[0] == "dataset,model,measure,recursive,strategy,racu_mean,racu_low,racu_high,n_seeds"
+    assert len(racu) == 2 and racu[1].startswith("babi-1,bilstm-attention,attention,True,quantile,")
+
+
+def test_mlflow_run_tree(project: Path) -> None:
+    all_runs = runs(project)
+    by_id = {r.info.run_id: r for r in all_runs}
+    kinds = collections.Counter(r.data.tags["roar.kind"] for r in all_runs)
+    # 2 seeds: shared k0 + all chains (4), 2 measure chains x 2 seeds (4); steps: 4 shared + 8
+    assert kinds == {"study": 1, "chain": 8, "step": 12, "train": 12, "importance": 8}
+    for run in all_runs:
+        path, current = [], run
+        while current is not None:
+            path.append(current.data.tags["roar.kind"])
+            current = by_id.get(current.data.tags.get("mlflow.parentRunId"))
+        expected = {"study": ["study"], "chain": ["chain", "study"], "step": ["step", "chain", "study"],
+                    "train": ["train", "step", "chain", "study"], "importance": ["importance", "step", "chain", "study"]}
+        assert path == expected[run.data.tags["roar.kind"]]
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["roar.git_commit"]
+    train = [r for r in all_runs if r.data.tags["roar.kind"] == "train"]
+    for run in train:
+        for tag in ("roar.dataset", "roar.model", "roar.measure", "roar.seed", "roar.k", "roar.model_hash", "roar.data_hash"):
+            assert run.data.tags[tag], tag
+        assert "test_accuracy" in run.data.metrics and "val_accuracy" in run.data.metrics
+    importance = [r for r in all_runs if r.data.tags["roar.kind"] == "importance"]
+    assert all(r.data.metrics["examples_per_second"] > 0 for r in importance)
+    assert all(r.inputs.dataset_inputs for r in importance)
+
+
+def test_second_repro_does_nothing(project: Path) -> None:
+    before = len(runs(project))
+    out = sh("dvc", "repro", cwd=project, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert "Data and pipelines are up to date" in out
+    assert len(runs(project)) == before
+
+
+def test_param_change_reruns_only_that_measure(project: Path) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["importance"]["attention"] = {"note": 1}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = sh("dvc", "status", cwd=project)
+    changed = sorted({line.split(":")[0] for line in out.splitlines() if line and not line.startswith(" ")})
+    assert changed == ["recursive@babi-1-bilstm-attention-attention-0", "recursive@babi-1-bilstm-attention-attention-1"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_s3_remote_push_and_pull_in_a_clean_clone(project: Path, tmp_path: Path) -> None:
+    """Push to a real S3-protocol server (moto) on 127.0.0.1; a fresh clone pulls every output."""
+    port = _free_port()
+    server = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+               "AWS_DEFAULT_REGION": "us-east-1", "PATH": f"{BIN}:{os.environ['PATH']}"}
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        import boto3
+
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                     aws_access_key_id="test", aws_secret_access_key="test").create_bucket(Bucket="roar")
+        sh("git", "checkout", "-q", "params.yaml", cwd=project)
+        sh("dvc", "remote", "add", "-f", "s3", "s3://roar/store", cwd=project)
+        sh("dvc", "remote", "modify", "s3", "endpointurl", f"http://127.0.0.1:{port}", cwd=project)
+        sh("git", "add", "-A", cwd=project)
+        sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "results", cwd=project)
+        sh("dvc", "push", "-r", "s3", cwd=project, env=env)
+        clone = tmp_path / "clone"
+        sh("git", "clone", "-q", str(project), str(clone), cwd=tmp_path)
+        sh("dvc", "pull", "-r", "s3", cwd=clone, env=env)
+        for k in (40, 70):
+            for kind in ("data/masked", "models"):
+                step = clone / f"{kind}/babi-1/bilstm-attention/attention/recursive/s1/k{k}"
+                original = project / step.relative_to(clone)
+                assert sorted(p.name for p in step.iterdir()) == sorted(p.name for p in original.iterdir())
+        assert (clone / "models/babi-1/bilstm-attention/k0/s0/model.safetensors").read_bytes() == \
+            (project / "models/babi-1/bilstm-attention/k0/s0/model.safetensors").read_bytes()
+        status = sh("dvc", "status", cwd=clone, env=env)
+        assert "up to date" in status
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -1,0 +1,150 @@
+"""mask_top_k: hand-computed cases of the masking rules (DESIGN §2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from roar.data.tokenize import END_ID, MASK_ID, PAD_ID, START_ID
+from roar.masking import mask_top_k, masked_fraction, mask_split, target_masked
+from roar.data.storage import Split
+
+M, S, E, P = MASK_ID, START_ID, END_ID, PAD_ID
+
+
+def test_quantile_floor_of_maskable_tokens():
+    # 8 maskable tokens (ids 10..17) between START and END, then padding.
+    tokens = np.array([[S, 10, 11, 12, 13, 14, 15, 16, 17, E, P, P]])
+    lengths = np.array([10])
+    importance = np.array([[9.0, 0.1, 0.8, 0.3, 0.9, 0.2, 0.7, 0.4, 0.6, 9.0, 9.0, 9.0]])
+    # floor(30/100 * 8) = floor(2.4) = 2 -> the two best maskable: 0.9 (pos 4) and 0.8 (pos 2).
+    out = mask_top_k(tokens, lengths, importance, 30, "quantile")
+    np.testing.assert_array_equal(out, [[S, 10, M, 12, M, 14, 15, 16, 17, E, P, P]])
+    # floor(0.49 * 8) = floor(3.92) = 3 -> adds 0.7 (pos 6).
+    out = mask_top_k(tokens, lengths, importance, 49, "quantile")
+    np.testing.assert_array_equal(out, [[S, 10, M, 12, M, 14, M, 16, 17, E, P, P]])
+    # floor(0.12 * 8) = 0 -> nothing.
+    np.testing.assert_array_equal(mask_top_k(tokens, lengths, importance, 12, "quantile"), tokens)
+    # 100 % -> all 8 maskable, specials and padding untouched.
+    out = mask_top_k(tokens, lengths, importance, 100, "quantile")
+    np.testing.assert_array_equal(out, [[S, M, M, M, M, M, M, M, M, E, P, P]])
+
+
+def test_quantile_per_row_counts():
+    tokens = np.array([[S, 10, 11, 12, E, P, P],
+                       [S, 10, 11, 12, 13, 14, E]])
+    lengths = np.array([5, 7])
+    importance = np.array([[0, 1, 3, 2, 0, 0, 0],
+                           [0, 5, 4, 3, 2, 1, 0]], dtype=float)
+    # row 0: floor(0.5*3)=1; row 1: floor(0.5*5)=2
+    out = mask_top_k(tokens, lengths, importance, 50, "quantile")
+    np.testing.assert_array_equal(out, [[S, 10, M, 12, E, P, P],
+                                        [S, M, M, 12, 13, 14, E]])
+    np.testing.assert_array_equal(target_masked(np.array([3, 5, 7, 199]), 50, "quantile"), [1, 2, 3, 99])
+
+
+def test_count_strategy_is_min_k_maskable():
+    tokens = np.array([[S, 10, 11, 12, E, P],
+                       [S, 10, E, P, P, P]])
+    lengths = np.array([5, 3])
+    importance = np.array([[0, 0.5, 0.2, 0.9, 0, 0],
+                           [0, 0.3, 0, 0, 0, 0]])
+    out = mask_top_k(tokens, lengths, importance, 2, "count")
+    # row 0: 2 tokens: 0.9 (pos 3), 0.5 (pos 1); row 1: min(2, 1) = 1
+    np.testing.assert_array_equal(out, [[S, M, 11, M, E, P],
+                                        [S, M, E, P, P, P]])
+    out = mask_top_k(tokens, lengths, importance, 1, "count")
+    np.testing.assert_array_equal(out, [[S, 10, 11, M, E, P],
+                                        [S, M, E, P, P, P]])
+    out = mask_top_k(tokens, lengths, importance, 0, "count")
+    np.testing.assert_array_equal(out, tokens)
+    np.testing.assert_array_equal(target_masked(np.array([3, 1, 0]), 2, "count"), [2, 1, 0])
+
+
+def test_ties_go_to_the_earlier_position():
+    tokens = np.array([[10, 11, 12, 13, 14, 15]])
+    lengths = np.array([6])
+    importance = np.array([[0.5, 0.7, 0.7, 0.5, 0.7, 0.5]])
+    out = mask_top_k(tokens, lengths, importance, 2, "count")
+    np.testing.assert_array_equal(out, [[10, M, M, 13, 14, 15]])
+    out = mask_top_k(tokens, lengths, importance, 4, "count")
+    np.testing.assert_array_equal(out, [[M, M, M, 13, M, 15]])
+    # all equal: the first ones
+    out = mask_top_k(tokens, lengths, np.zeros((1, 6)), 3, "count")
+    np.testing.assert_array_equal(out, [[M, M, M, 13, 14, 15]])
+
+
+def test_special_tokens_and_padding_never_masked_even_if_most_important():
+    # special tokens sit inside the length too (START/END), padding beyond it
+    tokens = np.array([[S, 10, E, 11, S, 12, E, P, P]])
+    lengths = np.array([7])
+    importance = np.array([[100, 1, 100, 2, 100, 3, 100, 100, 100]], dtype=float)
+    out = mask_top_k(tokens, lengths, importance, 100, "count")
+    np.testing.assert_array_equal(out, [[S, M, E, M, S, M, E, P, P]])
+    out = mask_top_k(tokens, lengths, importance, 1, "count")
+    np.testing.assert_array_equal(out, [[S, 10, E, 11, S, M, E, P, P]])
+    # a non-special id beyond the length is padding too
+    tokens = np.array([[10, 11, 12, 13]])
+    out = mask_top_k(tokens, np.array([2]), np.array([[0.0, 0.1, 5.0, 6.0]]), 4, "count")
+    np.testing.assert_array_equal(out, [[M, M, 12, 13]])
+
+
+def test_already_masked_tokens_stay_and_count_towards_k():
+    tokens = np.array([[S, M, 11, 12, M, 14, E]])
+    lengths = np.array([7])
+    # already-masked positions have low importance: they are still kept masked
+    importance = np.array([[0, 0.0, 0.3, 0.9, 0.0, 0.5, 0]])
+    # count 3: 2 already masked -> one more (0.9 at pos 3)
+    out = mask_top_k(tokens, lengths, importance, 3, "count")
+    np.testing.assert_array_equal(out, [[S, M, 11, M, M, 14, E]])
+    # count 1 < already masked: nothing is unmasked, nothing added
+    out = mask_top_k(tokens, lengths, importance, 1, "count")
+    np.testing.assert_array_equal(out, tokens)
+    # quantile: 5 maskable (masks count as maskable); floor(0.8*5) = 4 -> 2 more (0.9, 0.5)
+    out = mask_top_k(tokens, lengths, importance, 80, "quantile")
+    np.testing.assert_array_equal(out, [[S, M, 11, M, M, M, E]])
+    # a masked token with the highest importance is not "re-masked" in place of a new one
+    importance = np.array([[0, 9.0, 0.3, 0.1, 9.0, 0.5, 0]])
+    out = mask_top_k(tokens, lengths, importance, 3, "count")
+    np.testing.assert_array_equal(out, [[S, M, 11, 12, M, M, E]])
+
+
+def test_input_not_modified():
+    tokens = np.array([[S, 10, 11, 12, E]])
+    lengths = np.array([5])
+    importance = np.array([[0, 0.3, 0.2, 0.1, 0]])
+    tokens_before, importance_before = tokens.copy(), importance.copy()
+    out = mask_top_k(tokens, lengths, importance, 2, "count")
+    np.testing.assert_array_equal(tokens, tokens_before)
+    np.testing.assert_array_equal(importance, importance_before)
+    assert out is not tokens
+    assert (out != tokens).sum() == 2
+
+
+def test_mask_split_and_masked_fraction():
+    split = Split.from_lists([[S, 10, 11, 12, E], [S, 10, E]], [0, 1], index=[7, 3])
+    importance = np.array([[0, 0.1, 0.3, 0.2, 0], [0, 1.0, 0, 0, 0]])
+    masked = mask_split(split, importance, 1, "count")
+    np.testing.assert_array_equal(masked.tokens, [[S, 10, M, 12, E], [S, M, E, P, P]])
+    np.testing.assert_array_equal(masked.index, [7, 3])
+    np.testing.assert_array_equal(masked.labels, split.labels)
+    assert masked_fraction(split) == 0.0
+    assert masked_fraction(masked) == pytest.approx(2 / 4)
+
+
+@pytest.mark.parametrize("k, strategy", [(-1, "quantile"), (101, "quantile"), (-3, "count")])
+def test_bad_k_raises_with_value(k, strategy):
+    tokens = np.array([[10, 11]])
+    with pytest.raises(ValueError, match=f"k={k}"):
+        mask_top_k(tokens, np.array([2]), np.zeros((1, 2)), k, strategy)
+
+
+def test_bad_strategy_raises_with_value():
+    tokens = np.array([[10, 11]])
+    with pytest.raises(ValueError, match="'percentile'"):
+        mask_top_k(tokens, np.array([2]), np.zeros((1, 2)), 1, "percentile")
+
+
+def test_importance_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="shape"):
+        mask_top_k(np.array([[10, 11]]), np.array([2]), np.zeros((1, 3)), 1, "count")
