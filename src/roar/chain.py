@@ -128,7 +128,8 @@ class Runner:
         record = {"dataset": dataset, "model": model, "measure": "shared", "recursive": None,
                   "strategy": self.study.strategy, "seed": seed, "k": k, **point, "data_hash": data_hash,
                   "model_hash": model_hash, "data_path": str(data_dir), "model_path": str(out),
-                  "chain_run_id": chain_run, "step_run_id": step_run, "study_run_id": self.study_run}
+                  "chain_run_id": chain_run, "step_run_id": step_run, "study_run_id": self.study_run,
+                  "git_commit": self.tracker.commit}
         write_json_atomic(result_path, record)
         return record
 
@@ -211,7 +212,8 @@ class Runner:
                           "input_data_hash": imp_data_hash, "input_model_hash": imp_model_hash,
                           "data_path": str(out_data), "model_path": str(step_dir(model_dirs, k)),
                           "step_key": step_key, "chain_run_id": chain_run, "step_run_id": step_run,
-                          "importance_run_id": imp_run, "study_run_id": self.study_run}
+                          "importance_run_id": imp_run, "study_run_id": self.study_run,
+                          "git_commit": self.tracker.commit}
                 write_json_atomic(result_path, record)
                 records.append(record)
                 prev_data, prev_data_dir = masked, out_data

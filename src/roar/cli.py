@@ -75,16 +75,45 @@ def chain(dataset: str, model: str, measure: str, seed: int,
 
 @app.command()
 def report(params: Path = PARAMS, results: Path = typer.Option(Path("results"), help="Per-point results folder."),
-           out: Path = typer.Option(Path("reports"), help="Report folder.")) -> None:
-    """Summarise the per-point results into points.csv, curves.csv and racu.csv."""
+           out: Path = typer.Option(Path("reports"), help="Report folder."),
+           track: bool = typer.Option(True, "--track/--no-track", help="Log a `report` run to MLflow.")) -> None:
+    """Write the report: points/curves/racu tables, RACU table (md, tex), figures, README.md."""
     from roar.params import load_params
     from roar.report import write_report
+    from roar.tracking import git_commit
 
     try:
-        write_report(load_params(params), results, out)
+        loaded = load_params(params)
+        tables = write_report(loaded, results, out, git_commit())
+        if track:
+            from roar.tracking import log_report
+
+            log_report(loaded, out, tables["racu"])
     except (ValueError, KeyError, FileNotFoundError) as error:
         _fail(error)
     typer.echo(f"report written to {out}/")
+
+
+@app.command()
+def audit(dataset: str, model: str, measure: str, seed: int, k: int,
+          recursive: bool = typer.Option(True, "--recursive/--roar", help="Recursive ROAR or plain ROAR chain."),
+          as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+          params: Path = PARAMS) -> None:
+    """Print the data and model versions behind one curve point, checked against dvc.lock."""
+    import dataclasses
+    import json
+
+    from roar.audit import AuditError, audit_point, format_evidence
+    from roar.params import load_params
+
+    try:
+        evidence = audit_point(Path("."), load_params(params), dataset, model, measure, seed, k, recursive)
+    except (AuditError, ValueError, KeyError, FileNotFoundError) as error:
+        _fail(error)
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(e) for e in evidence], indent=2, sort_keys=True))
+    else:
+        typer.echo(format_evidence(evidence))
 
 
 @app.command()
@@ -105,6 +134,20 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once."),
     if push:
         subprocess.run(["dvc", "push", "-q"], check=True)
         typer.echo("[roar] outputs pushed to the DVC remote")
+
+
+@app.command("reproduce-report")
+def reproduce_report(remote: str = typer.Option(None, "--remote", "-r", help="DVC remote to pull from.")) -> None:
+    """Pull only this commit's per-point results and re-run the report stage (then `git diff reports/`)."""
+    import subprocess
+
+    from roar.launch import reproduce_report as run
+
+    try:
+        run(remote=remote)
+    except (FileNotFoundError, subprocess.CalledProcessError) as error:
+        _fail(error)
+    typer.echo("report reproduced; `git diff --stat reports/` shows any difference from the commit")
 
 
 if __name__ == "__main__":

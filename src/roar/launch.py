@@ -63,3 +63,25 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print) -> dict[str, 
     timings["final dvc repro"] = time.perf_counter() - start
     tracker.end(study_run)
     return timings
+
+
+def result_outputs(root: Path) -> list[str]:
+    """The ``results/`` outputs recorded in ``dvc.lock``: all that the report stage reads."""
+    import yaml
+
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    return sorted({out["path"] for stage in lock["stages"].values() for out in stage.get("outs", [])
+                   if out["path"].startswith("results/")})
+
+
+def reproduce_report(root: Path = Path("."), remote: str | None = None) -> None:
+    """Pull only the per-point results of this commit and re-run the report stage.
+
+    The CSV and Markdown tables are git-tracked DVC outputs, so ``git diff reports/`` afterwards
+    shows any difference from what the commit recorded.
+    """
+    outputs = result_outputs(root)
+    if not outputs:
+        raise FileNotFoundError("dvc.lock records no results/ outputs; nothing to reproduce")
+    subprocess.run(["dvc", "pull", "-q", *(["-r", remote] if remote else []), *outputs], cwd=root, check=True)
+    subprocess.run(["dvc", "repro", "--force", "--single-item", "report"], cwd=root, check=True)

@@ -123,6 +123,29 @@ class Tracker:
         return run_id
 
 
+def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str:
+    """A ``report`` run under the study run: RACU values as metrics, tables and figures as artifacts."""
+    from roar.params import study_from_params
+
+    study = study_from_params(params)
+    tracker = Tracker(study.name, root)
+    study_params = {k: params[k] for k in ("study", "prepare", "train", "importance") if k in params}
+    parent = tracker.study_run(study.name, fingerprint(study_params), {"study": study.name})
+    with tracker.run("report", "report", parent, {"roar.study": study.name}) as run_id:
+        metrics = {}
+        for _, row in racu.iterrows():
+            mode = "recursive" if row["recursive"] else "roar"
+            for stat in ("racu_mean", "racu_low", "racu_high"):
+                metrics[f"{stat}.{row['dataset']}.{row['model']}.{mode}.{row['measure']}"] = row[stat]
+        tracker.log_metrics(run_id, metrics)
+        for path in sorted(reports.iterdir()):
+            if path.is_file():
+                tracker.client.log_artifact(run_id, str(path))
+        if (reports / "figures").is_dir():
+            tracker.client.log_artifacts(run_id, str(reports / "figures"), "figures")
+    return run_id
+
+
 @contextmanager
 def _lock(root: Path):
     """Serialise find-or-create across the parallel stage processes of one workspace."""

@@ -114,6 +114,79 @@ def test_mlflow_run_tree(project: Path) -> None:
     assert all(r.inputs.dataset_inputs for r in importance)
 
 
+def test_report_files_and_dvc_views(project: Path) -> None:
+    reports = project / "reports"
+    for name in ("racu.md", "racu.tex", "racu.json", "README.md", "figures/racu.png", "figures/racu.pdf",
+                 "figures/curves-babi-1-bilstm-attention.png", "plots/babi-1_bilstm-attention_recursive/random.csv"):
+        assert (reports / name).is_file(), name
+    assert "| babi-1 | attention |" in (reports / "racu.md").read_text()
+    metrics = sh("dvc", "metrics", "show", "--json", cwd=project)
+    assert "racu_mean" in metrics
+    sh("dvc", "plots", "show", "-o", "plots-html", cwd=project)
+    assert (project / "plots-html" / "index.html").is_file()
+
+
+def test_racu_matches_an_independent_numpy_computation(project: Path) -> None:
+    """RACU recomputed from points.csv with plain numpy (DESIGN §2) equals racu.csv's mean."""
+    import csv
+
+    import numpy as np
+
+    rows = list(csv.DictReader((project / "reports/points.csv").open()))
+    curves: dict = collections.defaultdict(dict)
+    for r in rows:
+        curves[(r["measure"], r["seed"])][int(r["k"])] = float(r["value"])
+    per_measure = collections.defaultdict(list)
+    for (measure, seed), curve in curves.items():
+        if measure == "random":
+            continue
+        base = curves[("random", seed)]
+        x = np.array(sorted(curve)) / 100
+        p = np.array([curve[k] for k in sorted(curve)])
+        b = np.array([base[k] for k in sorted(curve)])
+        num = sum((x[i + 1] - x[i]) * ((b[i] - p[i]) + (b[i + 1] - p[i + 1])) / 2 for i in range(len(x) - 1))
+        den = sum((x[i + 1] - x[i]) * ((b[i] - b[-1]) + (b[i + 1] - b[-1])) / 2 for i in range(len(x) - 1))
+        per_measure[measure].append(min(1.0, max(-1.0, num / den)))
+    table = list(csv.DictReader((project / "reports/racu.csv").open()))
+    assert [r["measure"] for r in table] == ["attention"]
+    assert abs(float(table[0]["racu_mean"]) - np.mean(per_measure["attention"])) < 1e-6
+    assert int(table[0]["n_seeds"]) == 2
+
+
+def test_audit_point_and_tampering(project: Path) -> None:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    out = sh("roar", "audit", "babi-1", "bilstm-attention", "attention", "1", "70", cwd=project, env=env)
+    assert "k=0 " in out and "k=40 " in out and "k=70 " in out and "all files match dvc.lock" in out
+    evidence = json.loads(sh("roar", "audit", "babi-1", "bilstm-attention", "attention", "1", "70", "--json",
+                             cwd=project, env=env))
+    assert [e["k"] for e in evidence] == [0, 40, 70]
+    assert evidence[2]["stage"] == "recursive@babi-1-bilstm-attention-attention-1"
+    assert all(len(md5) == 32 for md5 in evidence[1]["data_files"].values())
+    target = project / "data/masked/babi-1/bilstm-attention/attention/recursive/s1/k40/train.arrow"
+    original = target.read_bytes()
+    try:
+        target.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+        proc = subprocess.run(["roar", "audit", "babi-1", "bilstm-attention", "attention", "1", "70"], cwd=project,
+                              env=env, capture_output=True, text=True)
+        assert proc.returncode == 2
+        assert "k40/train.arrow is stale or tampered" in proc.stderr
+    finally:
+        target.write_bytes(original)
+
+
+def test_report_reproduces_byte_identical_from_a_fresh_clone(project: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env.pop("ROAR_STUDY_RUN_ID", None)
+    sh("git", "add", "-A", cwd=project)
+    sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "study results", cwd=project)
+    clone = project.parent / f"{project.name}-clone"
+    sh("git", "clone", "-q", str(project), str(clone), cwd=project.parent)
+    sh("roar", "reproduce-report", cwd=clone, env=env)
+    assert not list(clone.glob("models/**/model.safetensors"))  # only the results were pulled
+    for name in ("points.csv", "curves.csv", "racu.csv", "racu.md", "racu.tex"):
+        assert (clone / "reports" / name).read_bytes() == (project / "reports" / name).read_bytes(), name
+
+
 def test_second_repro_does_nothing(project: Path) -> None:
     before = len(runs(project))
     out = sh("dvc", "repro", cwd=project, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})

@@ -152,7 +152,7 @@ def test_integrated_gradient_many_samples_against_plain_loop():
     expected = ((total / n) * embeds).sum(-1).abs()
     got = IntegratedGradientImportance(samples=n, max_rows=512).attribute(model, batch, batch.rows, "test")
     real = real_positions(batch)
-    torch.testing.assert_close(got[real], expected[real], rtol=1e-2, atol=1e-8)
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-9, atol=1e-12)
     # The 50-sample sum approximates the same integral (loosely: its own discretisation error).
     coarse = IntegratedGradientImportance(samples=50).attribute(model, batch, batch.rows, "test")
     assert (coarse[real] - expected[real]).abs().max() < 0.05 * expected[real].abs().max()
@@ -254,19 +254,32 @@ def reference_mutual_information(docs: list[list[int]], labels: list[int], vocab
 
 
 def test_mutual_information_hand_computed_2x2():
-    # class 0: {5, 6}, {5}; class 1: {6}, {7}. V = 8 (word 7 is the last id).
+    # class 0: {5, 6}, {5}; class 1: {6}, {7}. V = 9: word 8, the last id, never occurs.
     split = Split.from_lists([[5, 6], [5], [6], [7]], [0, 0, 1, 1])
-    mi = word_label_mutual_information(split, 8, 2)
-    # word 5 vs class 0: present&c=2, present&not=0, absent&c=0, absent&not=2 -> +1: 3, 1, 1, 3 (n=8)
-    # MI = 2 * 3/8 ln(3/8 / (1/2 * 1/2)) + 2 * 1/8 ln(1/8 / (1/4)); class 1 is the mirror table.
-    mi5 = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)
+    mi = word_label_mutual_information(split, 9, 2)
+    # word 5 vs class 0: (present, c)=2, (present, not c)=0, (absent, c)=0, (absent, not c)=2;
+    # +1 -> 3, 1, 1, 3 (n=8), p(present)=p(c)=1/2. Class 1 is the mirror table, same MI.
+    mi5 = 2 * 3 / 8 * math.log((3 / 8) / (1 / 2 * 1 / 2)) + 2 * 1 / 8 * math.log((1 / 8) / (1 / 2 * 1 / 2))
     assert mi[5] == pytest.approx(mi5)
-    # word 6 (once in each class): table 2,2,2,2 -> independent -> 0
+    assert mi5 == pytest.approx(0.130812035941)
+    # word 6 (once in each class): 2, 2, 2, 2 -> independent -> 0
     assert mi[6] == pytest.approx(0.0, abs=1e-15)
-    # word 7 only in class 1: the same table as word 5 (mirrored)
-    assert mi[7] == pytest.approx(mi5)
-    # absent words (e.g. 0..4): 1, 1, 3, 3 -> p(x=1)=1/4, p(y)=1/2: all cells match the product -> 0
-    np.testing.assert_allclose(mi[:5], 0.0, atol=1e-15)
+    # word 7 vs class 0: 1, 2, 3, 2 -> p(present)=3/8; class 1 is the mirror (2, 1, 2, 3), same MI
+    mi7 = (1 / 8 * math.log((1 / 8) / (3 / 8 * 1 / 2)) + 2 / 8 * math.log((2 / 8) / (3 / 8 * 1 / 2))
+           + 3 / 8 * math.log((3 / 8) / (5 / 8 * 1 / 2)) + 2 / 8 * math.log((2 / 8) / (5 / 8 * 1 / 2)))
+    assert mi[7] == pytest.approx(mi7)
+    assert mi7 == pytest.approx(0.033822075569)
+    # absent words (0..4 and the last id 8): 1, 1, 3, 3 -> p(x, y) = p(x) p(y) in every cell -> 0
+    np.testing.assert_allclose(mi[[0, 1, 2, 3, 4, 8]], 0.0, atol=1e-15)
+    # the class prior weights the per-class MI: with priors 3/4, 1/4 the word of the big class
+    split = Split.from_lists([[5], [5], [5], [6]], [0, 0, 0, 1])
+    mi = word_label_mutual_information(split, 7, 2)
+    # word 5 vs class 0: 4, 1, 1, 2 (n=8); vs class 1: 1, 4, 2, 1 (the same cells permuted)
+    p = {(1, 1): 4 / 8, (1, 0): 1 / 8, (0, 1): 1 / 8, (0, 0): 2 / 8}
+    px = {1: 5 / 8, 0: 3 / 8}
+    py = {1: 5 / 8, 0: 3 / 8}
+    mi_0 = sum(p[x, y] * math.log(p[x, y] / (px[x] * py[y])) for x in (0, 1) for y in (0, 1))
+    assert mi[5] == pytest.approx(3 / 4 * mi_0 + 1 / 4 * mi_0)
 
 
 def test_mutual_information_against_explicit_loops_with_padding_and_repeats():

@@ -21,11 +21,11 @@ def word_label_mutual_information(split: Split, vocab_size: int, n_classes: int)
     valid = np.arange(split.tokens.shape[1])[None, :] < split.lengths[:, None]
     for c in range(n_classes):
         rows = split.labels == c
-        tokens = np.where(valid[rows], split.tokens[rows], -1)
-        # Each word counts once per document.
-        doc_word = np.unique(tokens + (np.arange(tokens.shape[0]) * vocab_size)[:, None])
-        doc_word = doc_word[doc_word >= 0] % vocab_size if tokens.size else np.array([], dtype=np.int64)
-        present[c] = np.bincount(doc_word, minlength=vocab_size)
+        tokens = split.tokens[rows]
+        # Each word counts once per document; padding cells are left out (not encoded as -1,
+        # which would collide with the last word id of the previous document).
+        doc_word = np.unique((tokens + (np.arange(tokens.shape[0]) * vocab_size)[:, None])[valid[rows]])
+        present[c] = np.bincount(doc_word % vocab_size, minlength=vocab_size)
     class_docs = np.bincount(split.labels, minlength=n_classes).astype(np.float64)
     prior = class_docs / n_docs
     total_present = present.sum(0)
