@@ -181,7 +181,7 @@ class Runner:
                     measure = make_measure(spec.measure, seed=spec.seed, train_split=(prev_data if spec.recursive else base)["train"],
                                            vocab_size=vocab_size(prepared), n_classes=len(meta.classes),
                                            ig_samples=int(measure_params.get("samples", 50)),
-                                           ig_max_rows=int(measure_params.get("max_rows", 4096)))
+                                           ig_max_rows=measure_params.get("max_rows"))
                     with self.tracker.run("importance", f"{spec.measure} k={k}", step_run, step_tags) as imp_run:
                         self.tracker.log_dataset(imp_run, f"{spec.dataset}", prev_data_dir if spec.recursive else prepared,
                                                  imp_data_hash, "importance")

@@ -93,13 +93,14 @@ def test_mlflow_run_tree(project: Path) -> None:
     by_id = {r.info.run_id: r for r in all_runs}
     kinds = collections.Counter(r.data.tags["roar.kind"] for r in all_runs)
     # 2 seeds: shared k0 + all chains (4), 2 measure chains x 2 seeds (4); steps: 4 shared + 8
-    assert kinds == {"study": 1, "chain": 8, "step": 12, "train": 12, "importance": 8}
+    assert kinds == {"study": 1, "chain": 8, "step": 12, "train": 12, "importance": 8, "report": 1}
     for run in all_runs:
         path, current = [], run
         while current is not None:
             path.append(current.data.tags["roar.kind"])
             current = by_id.get(current.data.tags.get("mlflow.parentRunId"))
         expected = {"study": ["study"], "chain": ["chain", "study"], "step": ["step", "chain", "study"],
+                    "report": ["report", "study"],
                     "train": ["train", "step", "chain", "study"], "importance": ["importance", "step", "chain", "study"]}
         assert path == expected[run.data.tags["roar.kind"]]
         assert run.info.status == "FINISHED"
@@ -146,11 +147,12 @@ def test_racu_matches_an_independent_numpy_computation(project: Path) -> None:
         b = np.array([base[k] for k in sorted(curve)])
         num = sum((x[i + 1] - x[i]) * ((b[i] - p[i]) + (b[i + 1] - p[i + 1])) / 2 for i in range(len(x) - 1))
         den = sum((x[i + 1] - x[i]) * ((b[i] - b[-1]) + (b[i + 1] - b[-1])) / 2 for i in range(len(x) - 1))
-        per_measure[measure].append(min(1.0, max(-1.0, num / den)))
+        if den > 0:  # a random curve that does not fall (1-epoch models) gives no RACU for that seed
+            per_measure[measure].append(min(1.0, max(-1.0, num / den)))
     table = list(csv.DictReader((project / "reports/racu.csv").open()))
     assert [r["measure"] for r in table] == ["attention"]
+    assert int(table[0]["n_seeds"]) == len(per_measure["attention"]) >= 1
     assert abs(float(table[0]["racu_mean"]) - np.mean(per_measure["attention"])) < 1e-6
-    assert int(table[0]["n_seeds"]) == 2
 
 
 def test_audit_point_and_tampering(project: Path) -> None:
@@ -198,8 +200,7 @@ def test_param_change_reruns_only_that_measure(project: Path) -> None:
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["importance"]["attention"] = {"note": 1}
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = sh("dvc", "status", cwd=project)
-    changed = sorted({line.split(":")[0] for line in out.splitlines() if line and not line.startswith(" ")})
+    changed = sorted(json.loads(sh("dvc", "status", "--json", cwd=project)))
     assert changed == ["recursive@babi-1-bilstm-attention-attention-0", "recursive@babi-1-bilstm-attention-attention-1"]
 
 

@@ -8,7 +8,7 @@ MEASURES = ("random", "attention", "gradient", "input-x-gradient", "integrated-g
 
 
 def make_measure(name: str, *, seed: int = 0, train_split: Split | None = None, vocab_size: int = 0,
-                 n_classes: int = 0, ig_samples: int = 50, ig_max_rows: int = 4096):
+                 n_classes: int = 0, ig_samples: int = 50, ig_max_rows: int | None = None):
     """The importance measure called ``name``, configured.
 
     Args:

@@ -67,5 +67,6 @@ def compute_importance(measure: ImportanceMeasure, model: torch.nn.Module | None
                       leave=False):
         scores = measure.attribute(model, batch.to(device), split.index[batch.rows], split_name)
         scores = scores.detach().float().cpu().numpy()
-        out[batch.rows, : scores.shape[1]] = scores
+        inside = np.arange(scores.shape[1])[None, :] < split.lengths[batch.rows, None]
+        out[batch.rows, : scores.shape[1]] = np.where(inside, scores, 0.0)
     return out
