@@ -20,8 +20,9 @@ def _save(fig, out: Path, stem: str) -> list[Path]:
     """Write PNG and PDF without timestamps, so the same data gives the same files."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
-    fig.savefig(paths[0], dpi=120, metadata={"Software": None})
-    fig.savefig(paths[1], metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None})
+    fig.savefig(paths[0], dpi=120, metadata={"Software": None}, bbox_inches="tight")
+    fig.savefig(paths[1], metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
+                bbox_inches="tight")
     return paths
 
 
@@ -51,7 +52,8 @@ def curve_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
             ax.set_title(f"{dataset}, {model}: {'Recursive ROAR' if recursive else 'ROAR'}")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(frame["metric"].iloc[0])
-        axes[0][-1].legend(loc="lower left", fontsize=8)
+        handles, labels = axes[0][-1].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
         fig.tight_layout()
         written += _save(fig, out, f"curves-{dataset}-{model}")
         plt.close(fig)
