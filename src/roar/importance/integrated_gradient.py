@@ -18,7 +18,8 @@ class IntegratedGradientImportance:
     Args:
         samples: number of Riemann samples n (paper: 50).
         max_rows: largest number of sequences in one pass (batch rows x samples); None picks
-            256 on the CPU (larger passes run slower there, see bench/) and 8192 on a GPU.
+            128 on the CPU, i.e. one sample of a 128-example batch per pass (stacking runs slower
+            there: bench/bench_integrated_gradients.py), and 8192 on a GPU.
         batched: stack the samples (True) or run them one pass at a time (reference).
     """
 
@@ -34,7 +35,7 @@ class IntegratedGradientImportance:
         """``[B, L, D]`` mean gradient over the scaled inputs ``i/n * e``, i = 1..n."""
         n, rows = self.samples, embeddings.shape[0]
         scales = torch.arange(1, n + 1, dtype=embeddings.dtype, device=embeddings.device) / n
-        max_rows = self.max_rows or (8192 if embeddings.is_cuda else 256)
+        max_rows = self.max_rows or (8192 if embeddings.is_cuda else 128)
         per_pass = max(1, max_rows // max(rows, 1)) if self.batched else 1
         total = torch.zeros_like(embeddings)
         for start in range(0, n, per_pass):
