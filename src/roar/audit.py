@@ -107,10 +107,10 @@ def audit_point(root: Path, params: dict, dataset: str, model: str, measure: str
         if step == 0 or step == study.end_k:
             which = "k0" if step == 0 else "all"
             stage = f"{'train_k0' if step == 0 else 'train_all_masked'}@{dataset}-{model}-{seed}"
-            data = layout.prepared(dataset) if step == 0 else layout.all_masked(dataset)
+            data = layout.prepared(dataset, model) if step == 0 else layout.all_masked(dataset, model)
             model_dir = layout.shared_model(dataset, model, which, seed)
             record_path = layout.shared_result(dataset, model, which, seed)
-            data_stage = f"prepare@{dataset}"
+            data_stage = f"prepare@{dataset}-{model}"
         else:
             stage = data_stage = chain_stage
             data = layout.chain_data(dataset, model, measure, recursive, seed) / f"k{step}"

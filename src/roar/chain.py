@@ -38,12 +38,14 @@ class ChainSpec:
 
 def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
               importance: dict[str, np.ndarray] | None = None, batch_size: int = 128,
-              progress: bool = True) -> tuple[dict[str, Split], dict[str, np.ndarray], float]:
+              progress: bool = True, meta: DatasetMeta | None = None) -> tuple[dict[str, Split], dict[str, np.ndarray], float]:
     """One (Recursive) ROAR step: importance on ``data`` by ``model``, then mask up to ``k``.
 
     Recursive ROAR passes the previous step's masked data and model; plain ROAR passes the
     unmasked data, the k = 0 model, and the importance computed once (``importance``), since
     it does not change with k. Masks accumulate: already-masked tokens count towards k.
+
+    ``meta`` supplies the mask id and the never-masked ids (default: the word vocabulary's).
 
     Returns:
         The masked splits, the importance used (``{split: [N, L]}``) and the seconds spent on it.
@@ -55,7 +57,8 @@ def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
         importance = {name: compute_importance(measure, model, split, name, batch_size, progress)
                       for name, split in data.items()}
     seconds = time.perf_counter() - start
-    return {name: mask_split(split, importance[name], k, strategy) for name, split in data.items()}, importance, seconds
+    ids = {} if meta is None else {"mask_id": meta.mask_id, "unmaskable_ids": meta.unmaskable_ids}
+    return {name: mask_split(split, importance[name], k, strategy, **ids) for name, split in data.items()}, importance, seconds
 
 
 def _chain_tags(spec: ChainSpec | None, dataset: str, model: str, seed: int, strategy: str, measure: str) -> dict:
@@ -112,7 +115,7 @@ class Runner:
         """Train the shared model on unmasked data (``k0``) or on all-masked data (``all``)."""
         if which not in ("k0", "all"):
             raise ValueError(f"reference {which!r} unknown; allowed: k0, all")
-        data_dir = self.layout.prepared(dataset) if which == "k0" else self.layout.all_masked(dataset)
+        data_dir = self.layout.prepared(dataset, model) if which == "k0" else self.layout.all_masked(dataset, model)
         k = 0 if which == "k0" else self.study.end_k or 100
         out = self.layout.shared_model(dataset, model, which, seed)
         result_path = self.layout.shared_result(dataset, model, which, seed)
@@ -139,7 +142,7 @@ class Runner:
         from roar.training import load_model
 
         study, layout = self.study, self.layout
-        prepared = layout.prepared(spec.dataset)
+        prepared = layout.prepared(spec.dataset, spec.model)
         k0_model_dir = layout.shared_model(spec.dataset, spec.model, "k0", spec.seed)
         meta, base = read_dataset(prepared)
         data_dirs = layout.chain_data(spec.dataset, spec.model, spec.measure, spec.recursive, spec.seed)
@@ -190,7 +193,7 @@ class Runner:
                             imp_model = load_model(prev_model_dir if spec.recursive else k0_model_dir)
                         masked, importance, seconds = roar_step(
                             prev_data if spec.recursive else base, imp_model, measure, k, study.strategy,
-                            None if spec.recursive else cached_importance, batch_size, self.progress)
+                            None if spec.recursive else cached_importance, batch_size, self.progress, meta)
                         if not spec.recursive:
                             cached_importance = importance
                         n_examples = sum(len(s) for s in masked.values())
@@ -205,7 +208,8 @@ class Runner:
                     point, model_hash = self._train_and_save(step_run, train_tags, meta, out_data, masked,
                                                              spec.model, spec.seed, step_dir(model_dirs, k))
                     self.tracker.log_metrics(step_run, {point["metric"]: point["value"],
-                                                        "masked_fraction": masked_fraction(masked["train"])})
+                                                        "masked_fraction": masked_fraction(masked["train"], meta.mask_id,
+                                                                                           meta.unmaskable_ids)})
                 record = {"dataset": spec.dataset, "model": spec.model, "measure": spec.measure,
                           "recursive": spec.recursive, "strategy": study.strategy, "seed": spec.seed, "k": k, **point,
                           "importance_seconds": seconds, "data_hash": data_hash, "model_hash": model_hash,
@@ -248,6 +252,7 @@ def _remove_stale_steps(folders: tuple[Path, ...], steps: list[int]) -> None:
 def write_all_masked(prepared: Path, out: Path) -> None:
     """The k = 100 dataset: every maskable first-sequence token masked (measure-independent)."""
     meta, splits = read_dataset(prepared)
-    masked = {name: mask_split(split, np.zeros(split.tokens.shape), 100, "quantile") for name, split in splits.items()}
+    masked = {name: mask_split(split, np.zeros(split.tokens.shape), 100, "quantile", meta.mask_id, meta.unmaskable_ids)
+              for name, split in splits.items()}
     write_dataset(out, meta, (prepared / "vocab.json").read_text(), masked)
 

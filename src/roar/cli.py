@@ -19,20 +19,26 @@ def _fail(error: Exception) -> None:
 
 
 @app.command()
-def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."), params: Path = PARAMS) -> None:
-    """Prepare DATASET (tokenize, vocabulary, splits) and its all-masked (k = 100) copy."""
+def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."),
+            model: str = typer.Option("bilstm-attention", help="Model whose tokenisation to use."),
+            params: Path = PARAMS) -> None:
+    """Prepare DATASET for MODEL (tokenize, splits) and its all-masked (k = 100) copy."""
     from roar.chain import write_all_masked
-    from roar.data.prepare import DATASETS, PrepareConfig, prepare as prepare_dataset
+    from roar.data.prepare import PrepareConfig, dataset_spec, prepare as prepare_dataset
     from roar.params import load_params, section
     from roar.paths import Layout
+    from roar.training import MODELS
 
     try:
-        if dataset not in DATASETS:
-            raise ValueError(f"unknown dataset {dataset!r}; allowed: {', '.join(DATASETS)}")
-        config = PrepareConfig(**section(load_params(params), "prepare", dataset))
+        dataset_spec(dataset)
+        if model not in MODELS:
+            raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
+        loaded = load_params(params)
+        config = PrepareConfig(**section(loaded, "prepare", dataset))
+        checkpoint = (loaded.get("train", {}).get(model, {}).get(dataset) or {}).get("checkpoint")
         layout = Layout()
-        summary = prepare_dataset(dataset, layout.prepared(dataset), config)
-        write_all_masked(layout.prepared(dataset), layout.all_masked(dataset))
+        summary = prepare_dataset(dataset, layout.prepared(dataset, model), config, model, checkpoint)
+        write_all_masked(layout.prepared(dataset, model), layout.all_masked(dataset, model))
     except (ValueError, KeyError, FileNotFoundError, TypeError) as error:
         _fail(error)
     typer.echo(" ".join(f"{k}={v}" for k, v in summary.items()))

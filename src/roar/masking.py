@@ -69,12 +69,13 @@ def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, 
     return np.where(chosen, mask_id, tokens)
 
 
-def mask_split(split: Split, importance: np.ndarray, k: int, strategy: str) -> Split:
+def mask_split(split: Split, importance: np.ndarray, k: int, strategy: str, mask_id: int = MASK_ID,
+               unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> Split:
     """The split with its first sequence masked up to ``k`` by ``importance``."""
-    return split.with_tokens(mask_top_k(split.tokens, split.lengths, importance, k, strategy))
+    return split.with_tokens(mask_top_k(split.tokens, split.lengths, importance, k, strategy, mask_id, unmaskable_ids))
 
 
-def masked_fraction(split: Split) -> float:
+def masked_fraction(split: Split, mask_id: int = MASK_ID, unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> float:
     """Share of maskable tokens that are masked (a sanity figure logged per step)."""
-    maskable = maskable_positions(split.tokens, split.lengths)
-    return float((maskable & (split.tokens == MASK_ID)).sum() / max(maskable.sum(), 1))
+    maskable = maskable_positions(split.tokens, split.lengths, unmaskable_ids)
+    return float((maskable & (split.tokens == mask_id)).sum() / max(maskable.sum(), 1))

@@ -16,12 +16,13 @@ class Layout:
 
     root: Path = Path(".")
 
-    def prepared(self, dataset: str) -> Path:
-        return self.root / "data" / "prepared" / dataset
+    def prepared(self, dataset: str, model: str) -> Path:
+        """Tokenised splits; the tokenizer belongs to the model (word vocabulary or HF tokenizer)."""
+        return self.root / "data" / "prepared" / dataset / model
 
-    def all_masked(self, dataset: str) -> Path:
+    def all_masked(self, dataset: str, model: str) -> Path:
         """The k = 100 data: every maskable token masked, shared by all measures and seeds."""
-        return self.root / "data" / "masked" / dataset / "all"
+        return self.root / "data" / "masked" / dataset / model / "all"
 
     def chain_data(self, dataset: str, model: str, measure: str, recursive: bool, seed: int) -> Path:
         return self.root / "data" / "masked" / dataset / model / measure / mode_name(recursive) / f"s{seed}"

@@ -30,6 +30,9 @@ class TrainConfig:
     embedding_dim: int = 300
     hidden: int = 128
     attention_hidden: int = 128
+    embeddings: str | None = None  # BiLSTM: pretrained word vectors (a file path, or "glove-6b-50d")
+    checkpoint: str | None = None  # transformer: HF checkpoint name or local directory
+    warmup_ratio: float = 0.06  # transformer: linear warm-up share of the steps, then linear decay
     threads: int = 0  # torch CPU threads; 0 keeps torch's default
 
     @classmethod
@@ -108,11 +111,10 @@ def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig
                 self.best_state = copy.deepcopy(self.model.state_dict())
 
         def configure_optimizers(self):
-            decayed, plain = self.model.decayed_parameters()
-            groups = [{"params": decayed, "weight_decay": config.weight_decay}]
-            if plain:
-                groups.append({"params": plain, "weight_decay": 0.0})
-            return torch.optim.Adam(groups, lr=config.lr, amsgrad=True)
+            optimizer, scheduler = self.model.make_optimizer(config, self.trainer.estimated_stepping_batches)
+            if scheduler is None:
+                return optimizer
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     return ClassifierModule()
 

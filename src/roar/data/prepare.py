@@ -1,17 +1,21 @@
-"""Prepare a dataset by name: read its source, tokenize, build the vocabulary, write the splits."""
+"""Prepare a dataset for a model: read its source, tokenize, write the splits.
+
+Datasets are registered in :data:`DATASETS` with their task type and metrics and a loader that
+returns raw text examples; the model decides the tokenisation (our word vocabulary, built
+from the training split, for the BiLSTM; the checkpoint's own tokenizer for transformers).
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from roar.data.storage import DatasetMeta, Split, write_dataset
-from roar.data.tokenize import Vocabulary, tokenize
-
-DATASETS = ("babi-1", "babi-2", "babi-3")
+from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS, Vocabulary, tokenize
 
 
 @dataclass(frozen=True)
@@ -24,27 +28,74 @@ class RawExample:
 
 
 @dataclass
-class PrepareConfig:
-    """Options of ``prepare``; sizes apply to generated sources."""
+class RawSplits:
+    """Raw examples of a dataset; ``val`` None means: split it off the training set."""
 
-    source: str = "generate"  # "generate" or a folder with the dataset's official files
+    train: list[RawExample]
+    test: list[RawExample]
+    val: list[RawExample] | None = None
+
+
+@dataclass
+class PrepareConfig:
+    """Options of ``prepare`` (params.yaml ``prepare.<dataset>``).
+
+    Attributes:
+        source: where the data comes from: ``generate`` (bAbI), ``package`` (an embedded copy),
+            ``hub`` (HF datasets, online), or a local path to the official distribution.
+        n_train, n_test: sizes of generated sources.
+        val_fraction: share of the training set held out for validation when the source has no
+            validation split.
+        min_count: minimum training-set count of a word to enter the vocabulary.
+        max_length: longest first sequence, in tokens (longer ones are truncated).
+        seed: seed of generation, the validation split and subsampling.
+        options: dataset-specific settings (documented by each loader).
+    """
+
+    source: str = "generate"
     n_train: int = 10_000
     n_test: int = 1_000
     val_fraction: float = 0.15
     min_count: int = 1
+    max_length: int = 512
     seed: int = 0
+    options: dict = field(default_factory=dict)
 
 
-def _babi_raw(task: int, config: PrepareConfig) -> tuple[list[RawExample], list[RawExample]]:
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset the pipeline knows: task type, metrics, and its raw loader."""
+
+    name: str
+    paired: bool
+    metric: str
+    select_metric: str
+    load: Callable[[str, PrepareConfig], RawSplits]
+
+
+def _babi(name: str, config: PrepareConfig) -> RawSplits:
     from roar.data import babi
 
+    task = int(name.split("-")[1])
     if config.source == "generate":
         train = babi.generate_task(task, config.n_train, config.seed)
         test = babi.generate_task(task, config.n_test, config.seed + 1_000_003)
     else:
         train, test = babi.read_task_files(Path(config.source), task)
     to_raw = lambda exs: [RawExample(" ".join(e.story), e.answer, e.question) for e in exs]  # noqa: E731
-    return to_raw(train), to_raw(test)
+    return RawSplits(to_raw(train), to_raw(test))
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    f"babi-{t}": DatasetSpec(f"babi-{t}", paired=True, metric="accuracy", select_metric="accuracy", load=_babi)
+    for t in (1, 2, 3)
+}
+
+
+def dataset_spec(name: str) -> DatasetSpec:
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
+    return DATASETS[name]
 
 
 def split_validation(examples: list, fraction: float, seed: int) -> tuple[list, list]:
@@ -57,31 +108,53 @@ def split_validation(examples: list, fraction: float, seed: int) -> tuple[list, 
     return [examples[i] for i in train_rows], [examples[i] for i in val_rows]
 
 
-def encode(examples: list[RawExample], vocab: Vocabulary, classes: list[str], paired: bool) -> Split:
-    """Token ids of the examples; the first sequence gets ``[START]``/``[END]``."""
+def encode_words(raw: dict[str, list[RawExample]], vocab: Vocabulary, classes: list[str], paired: bool,
+                 max_length: int) -> dict[str, Split]:
+    """Word ids of every split; the first sequence gets ``[START]``/``[END]`` and is truncated to
+    ``max_length`` tokens (the end token kept)."""
     class_id = {c: i for i, c in enumerate(classes)}
-    unknown = sorted({e.label for e in examples} - set(class_id))
-    if unknown:
-        raise ValueError(f"labels {unknown[:5]} are not among the training classes {classes}")
-    tokens = [vocab.encode(tokenize(e.text)) for e in examples]
-    tokens2 = [vocab.encode(tokenize(e.text2), boundaries=False) for e in examples] if paired else None
-    return Split.from_lists(tokens, [class_id[e.label] for e in examples], tokens2)
+    out = {}
+    for name, examples in raw.items():
+        unknown = sorted({e.label for e in examples} - set(class_id))
+        if unknown:
+            raise ValueError(f"{name} labels {unknown[:5]} are not among the training classes {classes}")
+        tokens = [vocab.encode(tokenize(e.text)[: max(max_length - 2, 1)]) for e in examples]
+        tokens2 = [vocab.encode(tokenize(e.text2), boundaries=False) for e in examples] if paired else None
+        out[name] = Split.from_lists(tokens, [class_id[e.label] for e in examples], tokens2)
+    return out
 
 
-def prepare(dataset: str, out: Path, config: PrepareConfig) -> dict:
-    """Prepare ``dataset`` into the folder ``out`` and return a summary (sizes, vocabulary)."""
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; allowed: {', '.join(DATASETS)}")
-    task = int(dataset.split("-")[1])
-    train_raw, test_raw = _babi_raw(task, config)
-    train_raw, val_raw = split_validation(train_raw, config.val_fraction, config.seed)
-    vocab = Vocabulary.build((tokenize(e.text) + tokenize(e.text2) for e in train_raw), config.min_count)
+def prepare(dataset: str, out: Path, config: PrepareConfig, model: str = "bilstm-attention",
+            checkpoint: str | None = None) -> dict:
+    """Prepare ``dataset`` for ``model`` into the folder ``out``; returns a summary.
+
+    Args:
+        dataset: a name in :data:`DATASETS`.
+        out: the dataset folder to write (atomically).
+        config: source and sizes.
+        model: ``bilstm-attention`` (word vocabulary) or a transformer (``roberta``).
+        checkpoint: the transformer checkpoint whose tokenizer to use.
+    """
+    spec = dataset_spec(dataset)
+    raw = spec.load(dataset, config)
+    train_raw, val_raw = (raw.train, raw.val) if raw.val is not None else split_validation(
+        raw.train, config.val_fraction, config.seed)
+    splits_raw = {"train": train_raw, "val": val_raw, "test": raw.test}
     classes = sorted({e.label for e in train_raw})
-    meta = DatasetMeta(name=dataset, classes=classes, paired=True, metric="accuracy", select_metric="accuracy")
-    splits = {name: encode(raw, vocab, classes, meta.paired)
-              for name, raw in (("train", train_raw), ("val", val_raw), ("test", test_raw))}
-    write_dataset(out, meta, json.dumps(vocab.tokens) + "\n", splits)
-    return {"dataset": dataset, "vocab_size": len(vocab), "classes": len(classes),
-            **{f"n_{k}": len(v) for k, v in splits.items()},
-            "mean_length": float(np.mean(splits["train"].lengths))}
+    if model == "bilstm-attention":
+        vocab = Vocabulary.build((tokenize(e.text) + tokenize(e.text2) for e in train_raw), config.min_count)
+        splits = encode_words(splits_raw, vocab, classes, spec.paired, config.max_length)
+        vocab_json = json.dumps(vocab.tokens) + "\n"
+        meta = DatasetMeta(dataset, classes, spec.paired, spec.metric, spec.select_metric, "word", MASK_ID,
+                           UNMASKABLE_IDS)
+    else:
+        from roar.models.transformer import encode_transformer
 
+        if not checkpoint:
+            raise ValueError(f"model {model!r} needs a checkpoint (train.{model}.{dataset}.checkpoint)")
+        splits, vocab_json, ids = encode_transformer(splits_raw, classes, spec.paired, checkpoint, config.max_length)
+        meta = DatasetMeta(dataset, classes, spec.paired, spec.metric, spec.select_metric, checkpoint, **ids)
+    write_dataset(out, meta, vocab_json, splits)
+    return {"dataset": dataset, "model": model, "vocab_size": len(json.loads(vocab_json)), "classes": len(classes),
+            **{f"n_{k}": len(v) for k, v in splits.items()},
+            "mean_length": round(float(np.mean(splits["train"].lengths)), 2)}

@@ -72,9 +72,15 @@ class DatasetMeta:
     paired: bool
     metric: str  # test metric: "accuracy" or "macro-f1"
     select_metric: str  # checkpoint selection on validation: "accuracy" or "auroc"
+    tokenizer: str = "word"  # "word" (our vocabulary) or the HF checkpoint whose tokenizer made the ids
+    mask_id: int = 2  # id written over masked tokens
+    unmaskable_ids: tuple[int, ...] = (0, 3, 4)  # padding and sequence boundaries: never masked
+
+    def __post_init__(self):
+        object.__setattr__(self, "unmaskable_ids", tuple(self.unmaskable_ids))
 
     def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2, sort_keys=True) + "\n"
+        return json.dumps({**self.__dict__, "unmaskable_ids": list(self.unmaskable_ids)}, indent=2, sort_keys=True) + "\n"
 
 
 def _pad(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

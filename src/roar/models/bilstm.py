@@ -135,9 +135,12 @@ class BiLSTMAttention(nn.Module):
             logits = self.output(context)
         return ModelOutput(logits, attention, embeddings)
 
-    def decayed_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-        """(parameters with weight decay, without): single models exempt the embedding."""
-        if self.paired:
-            return list(self.parameters()), []
+    def make_optimizer(self, config, total_steps: int):
+        """Adam with amsgrad; weight decay on everything for pairs, on all but the embedding for
+        single sequences (the paper's setup). No schedule."""
         embedding = {id(p) for p in self.embedding.parameters()}
-        return ([p for p in self.parameters() if id(p) not in embedding], list(self.embedding.parameters()))
+        decayed = [p for p in self.parameters() if self.paired or id(p) not in embedding]
+        groups = [{"params": decayed, "weight_decay": config.weight_decay}]
+        if not self.paired:
+            groups.append({"params": list(self.embedding.parameters()), "weight_decay": 0.0})
+        return torch.optim.Adam(groups, lr=config.lr, amsgrad=True), None
