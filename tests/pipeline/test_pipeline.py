@@ -39,7 +39,7 @@ def tiny_params() -> dict:
 def project(tmp_path_factory) -> Path:
     """A git + DVC project holding this repo's pipeline files and a tiny params.yaml, run once."""
     root = tmp_path_factory.mktemp("project")
-    for name in ("dvc.yaml", "MLproject", ".gitignore"):
+    for name in ("dvc.yaml", "MLproject", "python_env.yaml", ".gitignore"):
         shutil.copy(REPO / name, root / name)
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
@@ -195,6 +195,15 @@ def test_second_repro_does_nothing(project: Path) -> None:
     out = sh("dvc", "repro", cwd=project, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
     assert "Data and pipelines are up to date" in out
     assert len(runs(project)) == before
+
+
+def test_mlflow_run_entry_point_reproduces_a_chain(project: Path) -> None:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
+    proc = subprocess.run(["mlflow", "run", ".", "-e", "chain", "-P", "measure=attention", "-P", "seed=1",
+                           "--env-manager", "local"], cwd=project, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "recursive@babi-1-bilstm-attention-attention-1' didn't change" in proc.stdout + proc.stderr
 
 
 def test_param_change_reruns_only_that_measure(project: Path) -> None:

@@ -220,5 +220,5 @@ def test_prepare_vocabulary_ignores_val_and_test_words(tmp_path, monkeypatch):
 
 
 def test_prepare_unknown_dataset(tmp_path):
-    with pytest.raises(ValueError, match="'sst'.*babi-1"):
-        prepare("sst", tmp_path / "x", PrepareConfig(n_train=10, n_test=5))
+    with pytest.raises(ValueError, match="'yelp'.*babi-1.*sst"):
+        prepare("yelp", tmp_path / "x", PrepareConfig(n_train=10, n_test=5))

@@ -28,6 +28,7 @@ TASK_FILES = {
 # for the object tasks, whose facts need more setting up).
 STATEMENTS_BETWEEN = {1: (2, 2), 2: (2, 5), 3: (3, 8)}
 QUESTIONS_PER_STORY = 5
+OFFICIAL_URL = "http://www.thespermwhale.com/jaseweston/babi/tasks_1-20_v1-2.tar.gz"
 
 
 @dataclass
@@ -242,8 +243,9 @@ def read_task_files(folder: Path, task: int) -> tuple[list[Example], list[Exampl
         path = folder / f"{name}_{split}.txt"
         if not path.is_file():
             raise FileNotFoundError(
-                f"bAbI file {path} not found; put the official tasks_1-20_v1-2/en-10k folder there "
-                "or use the generated source (source: generate)"
+                f"dataset 'babi-{task}': {path} not found; download tasks_1-20_v1-2.tar.gz "
+                f"({OFFICIAL_URL}) and set prepare.babi-{task}.source to its en-10k folder, "
+                "or use source: generate"
             )
         out.append(parse_babi(path.read_text()))
     return out[0], out[1]

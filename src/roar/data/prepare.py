@@ -7,6 +7,7 @@ from the training split, for the BiLSTM; the checkpoint's own tokenizer for tran
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,9 +87,27 @@ def _babi(name: str, config: PrepareConfig) -> RawSplits:
     return RawSplits(to_raw(train), to_raw(test))
 
 
+def _loader(module: str) -> Callable[[str, PrepareConfig], RawSplits]:
+    """The ``load`` of ``roar.data.<module>``, imported only when called."""
+    def load(name: str, config: PrepareConfig) -> RawSplits:
+        return importlib.import_module(f"roar.data.{module}").load(name, config)
+    return load
+
+
+def _binary(name: str, module: str) -> DatasetSpec:
+    """A single-sequence binary task: macro-F1, checkpoint by validation AUROC."""
+    return DatasetSpec(name, paired=False, metric="macro-f1", select_metric="auroc", load=_loader(module))
+
+
 DATASETS: dict[str, DatasetSpec] = {
-    f"babi-{t}": DatasetSpec(f"babi-{t}", paired=True, metric="accuracy", select_metric="accuracy", load=_babi)
-    for t in (1, 2, 3)
+    **{f"babi-{t}": DatasetSpec(f"babi-{t}", paired=True, metric="accuracy", select_metric="accuracy", load=_babi)
+       for t in (1, 2, 3)},
+    "rotten-tomatoes": _binary("rotten-tomatoes", "polarity"),
+    "sst": _binary("sst", "sst"),
+    "snli": DatasetSpec("snli", paired=True, metric="accuracy", select_metric="accuracy", load=_loader("snli")),
+    "imdb": _binary("imdb", "imdb"),
+    "mimic-anemia": _binary("mimic-anemia", "mimic"),
+    "mimic-diabetes": _binary("mimic-diabetes", "mimic"),
 }
 
 
