@@ -138,9 +138,10 @@ class Runner:
 
     def run_chain(self, spec: ChainSpec) -> list[dict]:
         """Run every step of a chain (resuming finished ones) and return its result records."""
-        from roar.importance import make_measure
+        from roar.importance import check_supported, make_measure
         from roar.training import load_model
 
+        check_supported(spec.measure, spec.model)
         study, layout = self.study, self.layout
         prepared = layout.prepared(spec.dataset, spec.model)
         k0_model_dir = layout.shared_model(spec.dataset, spec.model, "k0", spec.seed)

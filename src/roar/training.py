@@ -47,6 +47,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "embedding_dim", "hidden", "attention_hidden"):
             if getattr(config, name) < 1:
                 raise ValueError(f"training parameter {name}={getattr(config, name)!r} must be >= 1")
+        if not 0 <= config.warmup_ratio < 1:
+            raise ValueError(f"training parameter warmup_ratio={config.warmup_ratio!r} must be in [0, 1)")
         return config
 
 
@@ -62,14 +64,45 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
 
 
-def build_model(meta: DatasetMeta, vocab_size: int, config: TrainConfig) -> torch.nn.Module:
-    """A fresh, randomly initialised model for ``meta``'s task."""
+def build_model(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
+                architecture: dict | None = None) -> torch.nn.Module:
+    """A fresh model for ``meta``'s task: randomly initialised (BiLSTM), or the pretrained
+    ``config.checkpoint`` with a fresh classification head (transformer).
+
+    Args:
+        architecture: a saved transformer's HF config (:func:`save_model`): rebuild that
+            architecture, randomly initialised and without network, instead of loading the checkpoint.
+    """
     if config.model == "bilstm-attention":
         from roar.models.bilstm import BiLSTMAttention
 
         return BiLSTMAttention(vocab_size, len(meta.classes), meta.paired, config.embedding_dim,
                                config.hidden, config.attention_hidden)
-    raise ValueError(f"model {config.model!r} is not available; allowed: bilstm-attention")
+    if config.model == "roberta":
+        from roar.models.transformer import TransformerClassifier
+
+        if architecture is not None:
+            return TransformerClassifier.from_config_dict(architecture)
+        if not config.checkpoint:
+            raise ValueError(f"model 'roberta' needs a checkpoint (train.roberta.{meta.name}.checkpoint: "
+                             "a HF checkpoint name or a local directory)")
+        if meta.tokenizer != config.checkpoint:
+            raise ValueError(f"dataset {meta.name} was tokenized for {meta.tokenizer!r}, not for checkpoint "
+                             f"{config.checkpoint!r}; prepare it for this model")
+        model = TransformerClassifier.from_checkpoint(config.checkpoint, len(meta.classes))
+        if vocab_size > model.embedding.num_embeddings:
+            raise ValueError(f"tokenizer vocabulary ({vocab_size}) exceeds the embedding rows of "
+                             f"{config.checkpoint!r} ({model.embedding.num_embeddings})")
+        return model
+    raise ValueError(f"model {config.model!r} is not available; allowed: {', '.join(MODELS)}")
+
+
+def trainer_precision(config: TrainConfig) -> str:
+    """Lightning precision: mixed (bf16 where supported, else fp16) for the transformer on a GPU,
+    else full float32."""
+    if config.model == "roberta" and torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    return "32-true"
 
 
 def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig):
@@ -151,7 +184,7 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
     )
     trainer = L.Trainer(max_epochs=config.epochs, logger=False, enable_checkpointing=False,
                         enable_model_summary=False, enable_progress_bar=progress, num_sanity_val_steps=0,
-                        deterministic=False)
+                        deterministic=False, precision=trainer_precision(config))
     trainer.fit(module, *loaders)
     model.load_state_dict(module.best_state)
     test_logits = predict_logits(model, splits["test"])
@@ -163,13 +196,19 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
 
 def save_model(folder: Path, model: torch.nn.Module, config: TrainConfig, meta: DatasetMeta, vocab_size: int,
                result: TrainResult) -> None:
-    """Write ``model.safetensors``, ``config.json`` and ``result.json`` atomically."""
+    """Write ``model.safetensors``, ``config.json`` and ``result.json`` atomically.
+
+    A transformer's HF config goes into ``config.json`` under ``hf_config``, so that
+    :func:`load_model` rebuilds the architecture without the checkpoint (or network).
+    """
     from safetensors.torch import save_file
 
+    saved = {"train": asdict(config), "meta": meta.__dict__, "vocab_size": vocab_size}
+    if hasattr(model, "config_dict"):
+        saved["hf_config"] = model.config_dict()
     with atomic_dir(folder) as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-        (tmp / "config.json").write_text(json.dumps(
-            {"train": asdict(config), "meta": meta.__dict__, "vocab_size": vocab_size}, indent=2, sort_keys=True) + "\n")
+        (tmp / "config.json").write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
         (tmp / "result.json").write_text(json.dumps(asdict(result), indent=2, sort_keys=True) + "\n")
 
 
@@ -180,7 +219,8 @@ def load_model(folder: Path) -> torch.nn.Module:
     if not (folder / "model.safetensors").is_file():
         raise FileNotFoundError(f"{folder} holds no trained model (model.safetensors missing)")
     saved = json.loads((folder / "config.json").read_text())
-    model = build_model(DatasetMeta(**saved["meta"]), saved["vocab_size"], TrainConfig(**saved["train"]))
+    model = build_model(DatasetMeta(**saved["meta"]), saved["vocab_size"], TrainConfig(**saved["train"]),
+                        saved.get("hf_config"))
     model.load_state_dict(load_file(str(folder / "model.safetensors")))
     model.eval()
     return model

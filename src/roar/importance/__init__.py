@@ -7,6 +7,14 @@ from roar.data.storage import Split
 MEASURES = ("random", "attention", "gradient", "input-x-gradient", "integrated-gradient", "mutual-information")
 
 
+def check_supported(measure: str, model: str) -> None:
+    """Raise a one-line error if ``measure`` is not defined for ``model`` (attention needs the
+    BiLSTM's attention layer; the transformer has none)."""
+    if measure == "attention" and model != "bilstm-attention":
+        raise ValueError(f"importance measure 'attention' is not defined for model {model!r}: only "
+                         "bilstm-attention has an attention layer to read")
+
+
 def make_measure(name: str, *, seed: int = 0, train_split: Split | None = None, vocab_size: int = 0,
                  n_classes: int = 0, ig_samples: int = 50, ig_max_rows: int | None = None):
     """The importance measure called ``name``, configured.
