@@ -7,6 +7,7 @@ whose recorded inputs still match is reused, so an interrupted chain resumes whe
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -100,7 +101,10 @@ class Runner:
         config = self.train_config(model, meta.name)
         with self.tracker.run("train", f"train {tags.get('roar.k')}", step_run, tags, asdict(config)) as run_id:
             n_vocab = vocab_size(data_dir)
-            trained, result = train(meta, n_vocab, splits, config, seed, self.progress)
+            vocab = json.loads((data_dir / "vocab.json").read_text())
+            trained, result = train(meta, n_vocab, splits, config, seed, self.progress, vocab)
+            if result.embedding_coverage is not None:
+                self.tracker.log_metrics(run_id, {"embedding_coverage": result.embedding_coverage})
             for entry in result.history:
                 self.tracker.log_metrics(run_id, {k: v for k, v in entry.items() if k != "epoch"}, entry["epoch"])
             self.tracker.log_metrics(run_id, {f"test_{result.metric}": result.test_metric,
@@ -228,8 +232,6 @@ class Runner:
 
 def _load_done(path: Path, step_key: str) -> dict | None:
     """The recorded result of a finished step whose inputs still match, else None."""
-    import json
-
     if not path.is_file():
         return None
     record = json.loads(path.read_text())

@@ -62,6 +62,7 @@ class TrainResult:
     metric: str
     seconds: float
     history: list[dict] = field(default_factory=list)
+    embedding_coverage: float | None = None  # share of the vocabulary found in the pretrained vectors
 
 
 def build_model(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
@@ -161,9 +162,25 @@ def predict_logits(model: torch.nn.Module, split: Split, batch_size: int = 256) 
     return torch.cat(out)
 
 
+def init_word_vectors(model: torch.nn.Module, config: TrainConfig, vocab: list[str]) -> float:
+    """Copy pretrained vectors (``config.embeddings``) into a BiLSTM's embedding; returns the coverage."""
+    from roar.data.embeddings import load_word_vectors
+
+    vectors = load_word_vectors(config.embeddings, vocab)
+    if vectors.matrix.shape[1] != config.embedding_dim:
+        raise ValueError(f"embeddings {config.embeddings!r} have {vectors.matrix.shape[1]} dimensions but "
+                         f"embedding_dim={config.embedding_dim}; set embedding_dim to match")
+    with torch.no_grad():
+        model.embedding.weight.copy_(torch.from_numpy(vectors.matrix))
+    return vectors.coverage
+
+
 def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: TrainConfig, seed: int,
-          progress: bool = True) -> tuple[torch.nn.Module, TrainResult]:
+          progress: bool = True, vocab: list[str] | None = None) -> tuple[torch.nn.Module, TrainResult]:
     """Train a fresh model on ``splits['train']``, select by validation, score on test.
+
+    ``vocab`` (the dataset's tokens in id order) is needed when ``config.embeddings`` names
+    pretrained word vectors for the BiLSTM.
 
     Returns:
         The model with its best-validation weights, and the run's :class:`TrainResult`.
@@ -175,6 +192,11 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
     start = time.perf_counter()
     L.seed_everything(seed, verbose=False)
     model = build_model(meta, vocab_size, config)
+    coverage = None
+    if config.embeddings and config.model == "bilstm-attention":
+        if vocab is None:
+            raise ValueError(f"embeddings {config.embeddings!r} need the dataset vocabulary")
+        coverage = init_word_vectors(model, config, vocab)
     module = _make_module(model, meta.select_metric, config)
     train_set, val_set = SplitDataset(splits["train"]), SplitDataset(splits["val"])
     sampler = BucketBatchSampler(splits["train"].lengths, config.batch_size, seed)
@@ -190,7 +212,8 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
     test_logits = predict_logits(model, splits["test"])
     test_metric = compute_metric(meta.metric, test_logits, torch.from_numpy(splits["test"].labels))
     result = TrainResult(best_epoch=module.best_epoch, val_metric=module.best_score, test_metric=test_metric,
-                         metric=meta.metric, seconds=time.perf_counter() - start, history=module.history)
+                         metric=meta.metric, seconds=time.perf_counter() - start, history=module.history,
+                         embedding_coverage=coverage)
     return model, result
 
 

@@ -50,6 +50,8 @@ class PrepareConfig:
         min_count: minimum training-set count of a word to enter the vocabulary.
         max_length: longest first sequence, in tokens (longer ones are truncated).
         seed: seed of generation, the validation split and subsampling.
+        limit: keep a seeded random subset of at most this many examples per split (0: all);
+            for quick looks, e.g. a transformer on a few hundred examples.
         options: dataset-specific settings (documented by each loader).
     """
 
@@ -60,6 +62,7 @@ class PrepareConfig:
     min_count: int = 1
     max_length: int = 512
     seed: int = 0
+    limit: int = 0
     options: dict = field(default_factory=dict)
 
 
@@ -159,6 +162,12 @@ def prepare(dataset: str, out: Path, config: PrepareConfig, model: str = "bilstm
     train_raw, val_raw = (raw.train, raw.val) if raw.val is not None else split_validation(
         raw.train, config.val_fraction, config.seed)
     splits_raw = {"train": train_raw, "val": val_raw, "test": raw.test}
+    if config.limit < 0:
+        raise ValueError(f"limit={config.limit!r} must be >= 0 (0 keeps every example)")
+    if config.limit:
+        rng = np.random.default_rng(config.seed)
+        splits_raw = {name: [examples[i] for i in sorted(rng.permutation(len(examples))[: config.limit])]
+                      for name, examples in splits_raw.items()}
     classes = sorted({e.label for e in train_raw})
     if model == "bilstm-attention":
         vocab = Vocabulary.build((tokenize(e.text) + tokenize(e.text2) for e in train_raw), config.min_count)
