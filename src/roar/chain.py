@@ -230,6 +230,22 @@ class Runner:
         return records
 
 
+def write_unsupported(layout: Layout, spec: ChainSpec, reason: str) -> None:
+    """Mark a chain whose measure is undefined for its model (e.g. attention for a transformer):
+    its output folders hold only a note, and the report skips it. A study's grid crosses every
+    model with every measure, so such chains exist whenever both model families are studied."""
+    for folder in (layout.chain_data(*_chain_key(spec)), layout.chain_models(*_chain_key(spec)),
+                   layout.chain_results(*_chain_key(spec))):
+        if folder.is_dir():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        (folder / "UNSUPPORTED.txt").write_text(reason + "\n")
+
+
+def _chain_key(spec: ChainSpec) -> tuple:
+    return spec.dataset, spec.model, spec.measure, spec.recursive, spec.seed
+
+
 def _load_done(path: Path, step_key: str) -> dict | None:
     """The recorded result of a finished step whose inputs still match, else None."""
     if not path.is_file():

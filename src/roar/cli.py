@@ -53,6 +53,8 @@ def train_reference(dataset: str, model: str, seed: int, which: str = typer.Opti
     from roar.params import load_params
 
     try:
+        if which not in ("k0", "all"):
+            raise ValueError(f"reference {which!r} unknown; allowed: k0, all")
         record = Runner(load_params(params), progress=progress).run_reference(dataset, model, seed, which)
     except (ValueError, KeyError, FileNotFoundError) as error:
         _fail(error)
@@ -62,17 +64,27 @@ def train_reference(dataset: str, model: str, seed: int, which: str = typer.Opti
 @app.command()
 def chain(dataset: str, model: str, measure: str, seed: int,
           recursive: bool = typer.Option(True, "--recursive/--roar", help="Recursive ROAR or plain ROAR."),
+          skip_unsupported: bool = typer.Option(False, help="Write a note instead of failing when the measure "
+                                                "is not defined for the model (the DVC grid uses this)."),
           params: Path = PARAMS, progress: bool = PROGRESS) -> None:
     """Run every ROAR step of one chain (importance -> mask -> train), resuming finished steps."""
-    from roar.chain import ChainSpec, Runner
-    from roar.importance import MEASURES
+    from roar.chain import ChainSpec, Runner, write_unsupported
+    from roar.importance import MEASURES, check_supported
     from roar.params import load_params
+    from roar.paths import Layout
 
+    spec = ChainSpec(dataset, model, measure, seed, recursive)
     try:
         if measure not in MEASURES:
             raise ValueError(f"unknown measure {measure!r}; allowed: {', '.join(MEASURES)}")
-        records = Runner(load_params(params), progress=progress).run_chain(
-            ChainSpec(dataset, model, measure, seed, recursive))
+        if skip_unsupported:
+            try:
+                check_supported(measure, model)
+            except ValueError as reason:
+                write_unsupported(Layout(), spec, str(reason))
+                typer.echo(f"skipped: {reason}")
+                return
+        records = Runner(load_params(params), progress=progress).run_chain(spec)
     except (ValueError, KeyError, FileNotFoundError) as error:
         _fail(error)
     for r in records:

@@ -1,0 +1,52 @@
+"""The command line: one-line errors on bad arguments before any work, and skipped chains."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from roar.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def project(tmp_path, monkeypatch):
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["chain", "babi-1", "bilstm-attention", "nope", "0"], "unknown measure 'nope'; allowed: random, attention"),
+    (["prepare", "nope"], "unknown dataset 'nope'; allowed: babi-1"),
+    (["prepare", "babi-1", "--model", "lstm"], "unknown model 'lstm'; allowed: bilstm-attention, roberta"),
+    (["train-reference", "babi-1", "bilstm-attention", "0", "--which", "k50"], "reference 'k50' unknown"),
+    (["audit", "babi-1", "bilstm-attention", "attention", "0", "15"], "k=15 is not a point of the study"),
+])
+def test_bad_arguments_fail_with_one_line(project, args, message):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not any((project / name).exists() for name in ("data", "models", "mlflow.db"))
+
+
+def test_unsupported_measure_is_refused_or_skipped(project):
+    refused = CliRunner().invoke(app, ["chain", "babi-1", "roberta", "attention", "0", "--no-progress"])
+    assert refused.exit_code == 2 and "'attention' is not defined for model 'roberta'" in refused.output
+    skipped = CliRunner().invoke(app, ["chain", "babi-1", "roberta", "attention", "0", "--skip-unsupported"])
+    assert skipped.exit_code == 0 and skipped.output.startswith("skipped:")
+    for kind in ("data/masked", "models", "results"):
+        assert (project / kind / "babi-1/roberta/attention/recursive/s0/UNSUPPORTED.txt").is_file()
+
+
+def test_bad_params_value_names_it(project):
+    text = (project / "params.yaml").read_text().replace("strategy: quantile", "strategy: percent")
+    (project / "params.yaml").write_text(text)
+    result = CliRunner().invoke(app, ["report"])
+    assert result.exit_code == 2
+    assert "unknown strategy 'percent'; allowed: quantile, count" in result.output
