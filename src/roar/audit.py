@@ -8,13 +8,13 @@ commit. Any workspace file whose md5 differs from the lock is reported as stale 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from roar.fileio import file_digest
 from roar.params import study_from_params
 from roar.paths import Layout, mode_name
 
@@ -38,14 +38,6 @@ class Evidence:
     git_commit: str = ""
     metric: str = ""
     value: float | None = None
-
-
-def _md5(path: Path) -> str:
-    digest = hashlib.md5()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _locked_files(root: Path, lock: dict, stage: str, target: Path) -> dict[str, str]:
@@ -76,7 +68,7 @@ def _verify(root: Path, files: dict[str, str]) -> None:
         path = root / rel
         if not path.is_file():
             raise AuditError(f"{rel} is missing from the workspace (dvc.lock md5 {md5}); run `dvc checkout`")
-        actual = _md5(path)
+        actual = file_digest(path, "md5")
         if actual != md5:
             raise AuditError(f"{rel} is stale or tampered: md5 {actual} but dvc.lock records {md5}")
 

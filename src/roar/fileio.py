@@ -45,6 +45,15 @@ def atomic_dir(folder: Path) -> Iterator[Path]:
         tmp.rename(folder)
 
 
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    """Hex digest of one file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.new(algorithm)
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def content_hash(path: Path) -> str:
     """sha256 of a file, or of a folder's relative paths and file contents (sorted)."""
     digest = hashlib.sha256()

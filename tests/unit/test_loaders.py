@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from roar.fileio import file_digest
+
 from roar.data import imdb, mimic, polarity, snli, sst
 from roar.data.babi import read_task_files
 from roar.data.prepare import DATASETS, PrepareConfig, RawExample, prepare
@@ -165,7 +167,7 @@ def test_polarity_refuses_a_cached_sdist_with_a_wrong_checksum(tmp_path):
 def test_polarity_package_download_and_checksum(tmp_path):
     """Fetches the vaderSentiment sdist from PyPI (network) and checks the whole dataset."""
     train, val, test = _load("rotten-tomatoes", "package", cache_dir=str(tmp_path))
-    assert polarity.sha256_file(tmp_path / polarity.SDIST_NAME) == polarity.SDIST_SHA256
+    assert file_digest(tmp_path / polarity.SDIST_NAME) == polarity.SDIST_SHA256
     assert (len(train), len(val), len(test)) == (8484, 1061, 1060)
     assert Counter(e.label for e in train + val + test) == {"positive": 5331, "negative": 5274}
 

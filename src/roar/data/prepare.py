@@ -130,19 +130,25 @@ def split_validation(examples: list, fraction: float, seed: int) -> tuple[list, 
     return [examples[i] for i in train_rows], [examples[i] for i in val_rows]
 
 
+def label_ids(examples: list[RawExample], classes: list[str], split_name: str) -> list[int]:
+    """Class ids of the examples' labels; a label outside the training classes is an error."""
+    class_id = {c: i for i, c in enumerate(classes)}
+    unknown = sorted({e.label for e in examples} - set(class_id))
+    if unknown:
+        raise ValueError(f"{split_name} labels {unknown[:5]} are not among the training classes {classes}")
+    return [class_id[e.label] for e in examples]
+
+
 def encode_words(raw: dict[str, list[RawExample]], vocab: Vocabulary, classes: list[str], paired: bool,
                  max_length: int) -> dict[str, Split]:
     """Word ids of every split; the first sequence gets ``[START]``/``[END]`` and is truncated to
     ``max_length`` tokens (the end token kept)."""
-    class_id = {c: i for i, c in enumerate(classes)}
     out = {}
     for name, examples in raw.items():
-        unknown = sorted({e.label for e in examples} - set(class_id))
-        if unknown:
-            raise ValueError(f"{name} labels {unknown[:5]} are not among the training classes {classes}")
+        labels = label_ids(examples, classes, name)
         tokens = [vocab.encode(tokenize(e.text)[: max(max_length - 2, 1)]) for e in examples]
         tokens2 = [vocab.encode(tokenize(e.text2), boundaries=False) for e in examples] if paired else None
-        out[name] = Split.from_lists(tokens, [class_id[e.label] for e in examples], tokens2)
+        out[name] = Split.from_lists(tokens, labels, tokens2)
     return out
 
 

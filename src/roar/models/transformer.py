@@ -105,12 +105,11 @@ def encode_transformer(splits_raw: dict[str, list[RawExample]], classes: list[st
     tokenizer = load_tokenizer(checkpoint)
     single = tokenizer("a")
     n_prefix = single.sequence_ids(0).index(0)
-    class_id = {c: i for i, c in enumerate(classes)}
+    from roar.data.prepare import label_ids
+
     splits = {}
     for name, examples in splits_raw.items():
-        unknown = sorted({e.label for e in examples} - set(class_id))
-        if unknown:
-            raise ValueError(f"{name} labels {unknown[:5]} are not among the training classes {classes}")
+        labels = label_ids(examples, classes, name)
         texts = [e.text for e in examples]
         encoded = tokenizer(texts, [e.text2 for e in examples] if paired else None, truncation=True,
                             max_length=max_length)
@@ -119,7 +118,7 @@ def encode_transformer(splits_raw: dict[str, list[RawExample]], classes: list[st
             first, second = split_encoding(ids, encoded.sequence_ids(i), n_prefix) if paired else (list(ids), [])
             firsts.append(first)
             seconds.append(second)
-        splits[name] = Split.from_lists(firsts, [class_id[e.label] for e in examples], seconds if paired else None)
+        splits[name] = Split.from_lists(firsts, labels, seconds if paired else None)
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     return splits, json.dumps(vocab) + "\n", special_token_ids(tokenizer)
 
