@@ -24,15 +24,22 @@ def tracking_uri(root: Path = Path(".")) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root.resolve() / 'mlflow.db'}"
 
 
+def _is_pipeline_output(path: str) -> bool:
+    """Files that running the pipeline itself changes (DVC's lock and ignores, the report)."""
+    return path == "dvc.lock" or path.endswith(".gitignore") or path.startswith("reports/")
+
+
 def git_commit(root: Path = Path(".")) -> str:
-    """The checked-out commit, with ``-dirty`` when tracked files differ from it ('' outside git)."""
+    """The checked-out commit, with ``-dirty`` when code, params or other tracked inputs differ
+    from it ('' outside git). Changes that the pipeline itself makes do not count."""
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                                 check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, check=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
         return ""
+    dirty = [line[3:] for line in status if not _is_pipeline_output(line[3:].split(" -> ")[-1])]
     return commit + ("-dirty" if dirty else "")
 
 

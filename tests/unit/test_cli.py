@@ -50,3 +50,25 @@ def test_bad_params_value_names_it(project):
     result = CliRunner().invoke(app, ["report"])
     assert result.exit_code == 2
     assert "unknown strategy 'percent'; allowed: quantile, count" in result.output
+
+
+def test_git_commit_ignores_what_the_pipeline_writes(tmp_path):
+    import subprocess
+
+    from roar.tracking import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "params.yaml").write_text("a: 1\n")
+    (tmp_path / "dvc.lock").write_text("x\n")
+    git("add", "-A")
+    git("commit", "-qm", "init")
+    head = git_commit(tmp_path)
+    assert len(head) == 40
+    (tmp_path / "dvc.lock").write_text("y\n")
+    assert git_commit(tmp_path) == head
+    (tmp_path / "params.yaml").write_text("a: 2\n")
+    assert git_commit(tmp_path) == head + "-dirty"
