@@ -100,8 +100,8 @@ class Runner:
 
         config = self.train_config(model, meta.name)
         with self.tracker.run("train", f"train {tags.get('roar.k')}", step_run, tags, asdict(config)) as run_id:
-            n_vocab = vocab_size(data_dir)
             vocab = json.loads((data_dir / "vocab.json").read_text())
+            n_vocab = len(vocab)
             trained, result = train(meta, n_vocab, splits, config, seed, self.progress, vocab)
             if result.embedding_coverage is not None:
                 self.tracker.log_metrics(run_id, {"embedding_coverage": result.embedding_coverage})

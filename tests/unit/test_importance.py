@@ -22,14 +22,7 @@ from roar.models.bilstm import BiLSTMAttention, BiLSTMEncoder
 
 VOCAB, CLASSES = 12, 3
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest (and steadiest on a busy machine) on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_model(paired: bool, seed: int = 0) -> BiLSTMAttention:

@@ -45,14 +45,7 @@ EXAMPLES = [
     RawExample("Mary went back to the kitchen. John picked up the apple there.", "a", "Where is the apple?"),
 ]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest (and steadiest on a busy machine) on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_roberta_tokenizer():
