@@ -62,9 +62,10 @@ def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
     return {name: mask_split(split, importance[name], k, strategy, **ids) for name, split in data.items()}, importance, seconds
 
 
-def _chain_tags(spec: ChainSpec | None, dataset: str, model: str, seed: int, strategy: str, measure: str) -> dict:
+def _chain_tags(dataset: str, model: str, measure: str, seed: int, strategy: str,
+                recursive: bool | None = None) -> dict:
     return {"roar.dataset": dataset, "roar.model": model, "roar.measure": measure, "roar.seed": seed,
-            "roar.strategy": strategy, "roar.recursive": "" if spec is None else str(spec.recursive).lower()}
+            "roar.strategy": strategy, "roar.recursive": "" if recursive is None else str(recursive).lower()}
 
 
 class Runner:
@@ -125,7 +126,7 @@ class Runner:
         result_path = self.layout.shared_result(dataset, model, which, seed)
         meta, splits = read_dataset(data_dir)
         data_hash = content_hash(data_dir)
-        tags = {**_chain_tags(None, dataset, model, seed, self.study.strategy, "shared"), "roar.k": k,
+        tags = {**_chain_tags(dataset, model, "shared", seed, self.study.strategy), "roar.k": k,
                 "roar.data_hash": data_hash}
         with self.tracker.run("chain", f"{dataset}/{model}/shared-{which}/s{seed}", self.study_run, tags) as chain_run:
             with self.tracker.run("step", f"k={k}", chain_run, tags) as step_run:
@@ -160,12 +161,14 @@ class Runner:
         step_params = {"strategy": study.strategy, "importance": measure_params, "batch_size": batch_size,
                        "train": asdict(self.train_config(spec.model, spec.dataset))}
 
+        vocab_json = (prepared / "vocab.json").read_text()
+        n_vocab = vocab_size(prepared)
         prev_data, prev_data_dir = base, prepared
         prev_data_hash, prev_model_hash = content_hash(prepared), content_hash(k0_model_dir)
         k0_model_hash, base_hash = prev_model_hash, prev_data_hash
         prev_model_dir = k0_model_dir
         cached_importance = None
-        tags = _chain_tags(spec, spec.dataset, spec.model, spec.seed, study.strategy, spec.measure)
+        tags = _chain_tags(spec.dataset, spec.model, spec.measure, spec.seed, study.strategy, spec.recursive)
         records = []
         with self.tracker.run("chain", spec.name, self.study_run, tags, {"steps": study.steps, **step_params}) as chain_run:
             for k in study.steps:
@@ -181,24 +184,27 @@ class Runner:
                     prev_data_dir, prev_model_dir = Path(done["data_path"]), Path(done["model_path"])
                     prev_data = None  # loaded lazily if a later step needs it
                     continue
-                if prev_data is None:
+                # Recursive ROAR explains the previous step's data with its model; plain ROAR always
+                # explains the unmasked data with the k = 0 model, so its importance is computed once.
+                if spec.recursive and prev_data is None:
                     _, prev_data = read_dataset(prev_data_dir)
+                source, source_dir, source_model = ((prev_data, prev_data_dir, prev_model_dir) if spec.recursive
+                                                    else (base, prepared, k0_model_dir))
                 step_tags = {**tags, "roar.k": k, "roar.input_data_hash": imp_data_hash,
                              "roar.input_model_hash": imp_model_hash}
                 with self.tracker.run("step", f"k={k}", chain_run, step_tags, {"k": k}) as step_run:
-                    measure = make_measure(spec.measure, seed=spec.seed, train_split=(prev_data if spec.recursive else base)["train"],
-                                           vocab_size=vocab_size(prepared), n_classes=len(meta.classes),
-                                           ig_samples=int(measure_params.get("samples", 50)),
-                                           ig_max_rows=measure_params.get("max_rows"))
                     with self.tracker.run("importance", f"{spec.measure} k={k}", step_run, step_tags) as imp_run:
-                        self.tracker.log_dataset(imp_run, f"{spec.dataset}", prev_data_dir if spec.recursive else prepared,
-                                                 imp_data_hash, "importance")
-                        imp_model = None
-                        if measure.needs_model:
-                            imp_model = load_model(prev_model_dir if spec.recursive else k0_model_dir)
-                        masked, importance, seconds = roar_step(
-                            prev_data if spec.recursive else base, imp_model, measure, k, study.strategy,
-                            None if spec.recursive else cached_importance, batch_size, self.progress, meta)
+                        self.tracker.log_dataset(imp_run, spec.dataset, source_dir, imp_data_hash, "importance")
+                        measure = imp_model = None
+                        if cached_importance is None:
+                            measure = make_measure(spec.measure, seed=spec.seed, train_split=source["train"],
+                                                   vocab_size=n_vocab, n_classes=len(meta.classes),
+                                                   ig_samples=int(measure_params.get("samples", 50)),
+                                                   ig_max_rows=measure_params.get("max_rows"))
+                            if measure.needs_model:
+                                imp_model = load_model(source_model)
+                        masked, importance, seconds = roar_step(source, imp_model, measure, k, study.strategy,
+                                                                cached_importance, batch_size, self.progress, meta)
                         if not spec.recursive:
                             cached_importance = importance
                         n_examples = sum(len(s) for s in masked.values())
@@ -206,7 +212,7 @@ class Runner:
                         self.tracker.log_metrics(imp_run, {"seconds": seconds, "examples": n_examples,
                                                            "examples_per_second": n_examples / max(seconds, 1e-9)})
                     out_data = step_dir(data_dirs, k)
-                    write_dataset(out_data, meta, (prepared / "vocab.json").read_text(), masked)
+                    write_dataset(out_data, meta, vocab_json, masked)
                     data_hash = content_hash(out_data)
                     self.tracker.log_dataset(step_run, f"{spec.dataset}-k{k}", out_data, data_hash, "train")
                     train_tags = {**step_tags, "roar.data_hash": data_hash}

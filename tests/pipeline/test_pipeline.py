@@ -190,6 +190,24 @@ def test_report_reproduces_byte_identical_from_a_fresh_clone(project: Path, tmp_
         assert (clone / "reports" / name).read_bytes() == (project / "reports" / name).read_bytes(), name
 
 
+def test_plain_roar_chain_reuses_importance_and_random_matches_recursive(project: Path) -> None:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    for measure in ("random", "attention"):
+        sh("roar", "chain", "babi-1", "bilstm-attention", measure, "0", "--roar", "--no-progress", cwd=project, env=env)
+    result = lambda m, mode, k: json.loads(  # noqa: E731
+        (project / f"results/babi-1/bilstm-attention/{m}/{mode}/s0/k{k}.json").read_text())
+    k0 = json.loads((project / "results/babi-1/bilstm-attention/k0/s0.json").read_text())
+    for k in (40, 70):  # plain ROAR explains the unmasked data with the k = 0 model at every step
+        assert result("attention", "roar", k)["input_model_hash"] == k0["model_hash"]
+        assert result("attention", "roar", k)["input_data_hash"] == k0["data_hash"]
+        # random importance is model-independent: both modes mask the same tokens
+        assert result("random", "roar", k)["data_hash"] == result("random", "recursive", k)["data_hash"]
+    assert result("attention", "roar", 70)["importance_seconds"] < 0.01  # computed once, at k = 40
+    for kind in ("data/masked", "models", "results"):  # leave the DVC workspace as the pipeline made it
+        for measure in ("random", "attention"):
+            shutil.rmtree(project / f"{kind}/babi-1/bilstm-attention/{measure}/roar")
+
+
 def test_second_repro_does_nothing(project: Path) -> None:
     before = len(runs(project))
     out = sh("dvc", "repro", cwd=project, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
