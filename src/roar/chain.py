@@ -272,12 +272,3 @@ def _remove_stale_steps(folders: tuple[Path, ...], steps: list[int]) -> None:
             for child in folder.iterdir():
                 if child.name not in keep:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
-
-
-def write_all_masked(prepared: Path, out: Path) -> None:
-    """The k = 100 dataset: every maskable first-sequence token masked (measure-independent)."""
-    meta, splits = read_dataset(prepared)
-    masked = {name: mask_split(split, np.zeros(split.tokens.shape), 100, "quantile", meta.mask_id, meta.unmaskable_ids)
-              for name, split in splits.items()}
-    write_dataset(out, meta, (prepared / "vocab.json").read_text(), masked)
-

@@ -23,7 +23,7 @@ def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."
             model: str = typer.Option("bilstm-attention", help="Model whose tokenisation to use."),
             params: Path = PARAMS) -> None:
     """Prepare DATASET for MODEL (tokenize, splits) and its all-masked (k = 100) copy."""
-    from roar.chain import write_all_masked
+    from roar.masking import write_all_masked
     from roar.data.prepare import PrepareConfig, dataset_spec, prepare as prepare_dataset
     from roar.params import load_params, section
     from roar.paths import Layout

@@ -8,9 +8,11 @@ replaced by the mask id (length kept); ties go to the earlier position (stable s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from roar.data.storage import Split
+from roar.data.storage import Split, read_dataset, write_dataset
 from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS
 
 STRATEGIES = ("quantile", "count")
@@ -79,3 +81,12 @@ def masked_fraction(split: Split, mask_id: int = MASK_ID, unmaskable_ids: tuple[
     """Share of maskable tokens that are masked (a sanity figure logged per step)."""
     maskable = maskable_positions(split.tokens, split.lengths, unmaskable_ids)
     return float((maskable & (split.tokens == mask_id)).sum() / max(maskable.sum(), 1))
+
+
+def write_all_masked(prepared: Path, out: Path) -> None:
+    """The k = 100 dataset: every maskable first-sequence token masked (measure-independent)."""
+    meta, splits = read_dataset(prepared)
+    masked = {name: mask_split(split, np.zeros(split.tokens.shape), 100, "quantile", meta.mask_id, meta.unmaskable_ids)
+              for name, split in splits.items()}
+    write_dataset(out, meta, (prepared / "vocab.json").read_text(), masked)
+
