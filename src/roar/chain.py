@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from roar.data.storage import DatasetMeta, Split, read_dataset, vocab_size, write_dataset
+from roar.faults import at_step, failpoint
 from roar.fileio import content_hash, write_json_atomic
 from roar.masking import mask_split, masked_fraction
 from roar.params import Study, section, study_from_params
 from roar.paths import Layout, step_dir
+from roar.provenance import chain_code_fingerprint, library_versions
 from roar.tracking import Tracker, fingerprint
 
 
@@ -55,11 +58,40 @@ def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
 
     start = time.perf_counter()
     if importance is None:
-        importance = {name: compute_importance(measure, model, split, name, batch_size, progress)
-                      for name, split in data.items()}
+        importance = {}
+        for name, split in data.items():
+            importance[name] = compute_importance(measure, model, split, name, batch_size, progress)
+            failpoint("importance")
     seconds = time.perf_counter() - start
     ids = {} if meta is None else {"mask_id": meta.mask_id, "unmaskable_ids": meta.unmaskable_ids}
     return {name: mask_split(split, importance[name], k, strategy, **ids) for name, split in data.items()}, importance, seconds
+
+
+@dataclass
+class StepInput:
+    """What a step explains: a dataset folder and a model folder, with their content hashes
+    (``splits``: the folder's data when already in memory)."""
+
+    data_dir: Path
+    data_hash: str
+    model_dir: Path
+    model_hash: str
+    splits: dict[str, Split] | None = None
+
+
+@dataclass
+class _ChainContext:
+    """What every step of one chain shares."""
+
+    spec: ChainSpec
+    meta: DatasetMeta
+    folders: tuple[Path, Path, Path]  # data, models, results of the chain
+    recipe: dict  # params, code and library fingerprints of the step key
+    tags: dict
+    vocab_json: str
+    n_vocab: int
+    importance_cache: dict = field(default_factory=dict)
+    last_masked: dict | None = None  # the previous step's masked splits, when computed in this process
 
 
 def _chain_tags(dataset: str, model: str, measure: str, seed: int, strategy: str,
@@ -142,98 +174,110 @@ class Runner:
         return record
 
     def run_chain(self, spec: ChainSpec) -> list[dict]:
-        """Run every step of a chain (resuming finished ones) and return its result records."""
-        from roar.importance import check_supported, make_measure
-        from roar.training import load_model
+        """Run every step of a chain (reusing finished ones whose inputs and code still match) and
+        return its result records."""
+        from roar.importance import MEASURE_MODULES, check_supported
 
         check_supported(spec.measure, spec.model)
-        study, layout = self.study, self.layout
-        prepared = layout.prepared(spec.dataset, spec.model)
-        k0_model_dir = layout.shared_model(spec.dataset, spec.model, "k0", spec.seed)
-        meta, base = read_dataset(prepared)
-        data_dirs = layout.chain_data(spec.dataset, spec.model, spec.measure, spec.recursive, spec.seed)
-        model_dirs = layout.chain_models(spec.dataset, spec.model, spec.measure, spec.recursive, spec.seed)
-        result_dir = layout.chain_results(spec.dataset, spec.model, spec.measure, spec.recursive, spec.seed)
-        _remove_stale_steps((data_dirs, model_dirs, result_dir), study.steps)
+        layout, key = self.layout, _chain_key(spec)
+        folders = (layout.chain_data(*key), layout.chain_models(*key), layout.chain_results(*key))
+        _remove_stale_steps(folders, self.study.steps)
         imp_params = dict(section(self.params, "importance"))
-        measure_params = dict(imp_params.get(spec.measure) or {})
-        batch_size = int(imp_params.get("batch_size", 128))
-        step_params = {"strategy": study.strategy, "importance": measure_params, "batch_size": batch_size,
+        step_params = {"strategy": self.study.strategy, "importance": dict(imp_params.get(spec.measure) or {}),
+                       "batch_size": int(imp_params.get("batch_size", 128)),
                        "train": asdict(self.train_config(spec.model, spec.dataset))}
-
-        vocab_json = (prepared / "vocab.json").read_text()
-        n_vocab = vocab_size(prepared)
-        prev_data, prev_data_dir = base, prepared
-        prev_data_hash, prev_model_hash = content_hash(prepared), content_hash(k0_model_dir)
-        k0_model_hash, base_hash = prev_model_hash, prev_data_hash
-        prev_model_dir = k0_model_dir
-        cached_importance = None
-        tags = _chain_tags(spec.dataset, spec.model, spec.measure, spec.seed, study.strategy, spec.recursive)
-        records = []
-        with self.tracker.run("chain", spec.name, self.study_run, tags, {"steps": study.steps, **step_params}) as chain_run:
-            for k in study.steps:
-                imp_data_hash = prev_data_hash if spec.recursive else base_hash
-                imp_model_hash = prev_model_hash if spec.recursive else k0_model_hash
-                step_key = fingerprint({"k": k, "params": step_params, "data": imp_data_hash,
-                                        "model": imp_model_hash, "spec": asdict(spec)})
-                result_path = result_dir / f"k{k}.json"
-                done = _load_done(result_path, step_key)
-                if done is not None:
-                    records.append(done)
-                    prev_data_hash, prev_model_hash = done["data_hash"], done["model_hash"]
-                    prev_data_dir, prev_model_dir = Path(done["data_path"]), Path(done["model_path"])
-                    prev_data = None  # loaded lazily if a later step needs it
-                    continue
-                # Recursive ROAR explains the previous step's data with its model; plain ROAR always
-                # explains the unmasked data with the k = 0 model, so its importance is computed once.
-                if spec.recursive and prev_data is None:
-                    _, prev_data = read_dataset(prev_data_dir)
-                source, source_dir, source_model = ((prev_data, prev_data_dir, prev_model_dir) if spec.recursive
-                                                    else (base, prepared, k0_model_dir))
-                step_tags = {**tags, "roar.k": k, "roar.input_data_hash": imp_data_hash,
-                             "roar.input_model_hash": imp_model_hash}
-                with self.tracker.run("step", f"k={k}", chain_run, step_tags, {"k": k}) as step_run:
-                    with self.tracker.run("importance", f"{spec.measure} k={k}", step_run, step_tags) as imp_run:
-                        self.tracker.log_dataset(imp_run, spec.dataset, source_dir, imp_data_hash, "importance")
-                        measure = imp_model = None
-                        if cached_importance is None:
-                            measure = make_measure(spec.measure, seed=spec.seed, train_split=source["train"],
-                                                   vocab_size=n_vocab, n_classes=len(meta.classes),
-                                                   ig_samples=int(measure_params.get("samples", 50)),
-                                                   ig_max_rows=measure_params.get("max_rows"))
-                            if measure.needs_model:
-                                imp_model = load_model(source_model)
-                        masked, importance, seconds = roar_step(source, imp_model, measure, k, study.strategy,
-                                                                cached_importance, batch_size, self.progress, meta)
-                        if not spec.recursive:
-                            cached_importance = importance
-                        n_examples = sum(len(s) for s in masked.values())
-                        self.tracker.log_params(imp_run, {"measure": spec.measure, **measure_params})
-                        self.tracker.log_metrics(imp_run, {"seconds": seconds, "examples": n_examples,
-                                                           "examples_per_second": n_examples / max(seconds, 1e-9)})
-                    out_data = step_dir(data_dirs, k)
-                    write_dataset(out_data, meta, vocab_json, masked)
-                    data_hash = content_hash(out_data)
-                    self.tracker.log_dataset(step_run, f"{spec.dataset}-k{k}", out_data, data_hash, "train")
-                    train_tags = {**step_tags, "roar.data_hash": data_hash}
-                    point, model_hash = self._train_and_save(step_run, train_tags, meta, out_data, masked,
-                                                             spec.model, spec.seed, step_dir(model_dirs, k))
-                    self.tracker.log_metrics(step_run, {point["metric"]: point["value"],
-                                                        "masked_fraction": masked_fraction(masked["train"], meta.mask_id,
-                                                                                           meta.unmaskable_ids)})
-                record = {"dataset": spec.dataset, "model": spec.model, "measure": spec.measure,
-                          "recursive": spec.recursive, "strategy": study.strategy, "seed": spec.seed, "k": k, **point,
-                          "importance_seconds": seconds, "data_hash": data_hash, "model_hash": model_hash,
-                          "input_data_hash": imp_data_hash, "input_model_hash": imp_model_hash,
-                          "data_path": str(out_data), "model_path": str(step_dir(model_dirs, k)),
-                          "step_key": step_key, "chain_run_id": chain_run, "step_run_id": step_run,
-                          "importance_run_id": imp_run, "study_run_id": self.study_run,
-                          "git_commit": self.tracker.commit}
-                write_json_atomic(result_path, record)
+        # Everything that makes a step's numbers, besides its input data and model.
+        recipe = {"params": step_params, "spec": asdict(spec), "libraries": library_versions(),
+                  "code": chain_code_fingerprint(MEASURE_MODULES[spec.measure])}
+        prepared = layout.prepared(spec.dataset, spec.model)
+        k0_model = layout.shared_model(spec.dataset, spec.model, "k0", spec.seed)
+        meta, base_splits = read_dataset(prepared)
+        base = StepInput(prepared, content_hash(prepared), k0_model, content_hash(k0_model), base_splits)
+        tags = _chain_tags(spec.dataset, spec.model, spec.measure, spec.seed, self.study.strategy, spec.recursive)
+        context = _ChainContext(spec, meta, folders, recipe, tags, (prepared / "vocab.json").read_text(),
+                                vocab_size(prepared))
+        previous, records = base, []
+        with self.tracker.run("chain", spec.name, self.study_run, tags,
+                              {"steps": self.study.steps, **step_params}) as chain_run:
+            for k in self.study.steps:
+                # Recursive ROAR explains the previous step's masked data with its model; plain ROAR
+                # always explains the unmasked data with the k = 0 model.
+                source = previous if spec.recursive else base
+                step_key = fingerprint({"k": k, "data": source.data_hash, "model": source.model_hash, **recipe})
+                record = _load_done(folders[2] / f"k{k}.json", step_key, self.log)
+                if record is not None:
+                    self._log_reused_step(chain_run, context, k, record)
+                else:
+                    record = self._run_step(chain_run, context, k, step_key, source)
                 records.append(record)
-                prev_data, prev_data_dir = masked, out_data
-                prev_data_hash, prev_model_hash, prev_model_dir = data_hash, model_hash, step_dir(model_dirs, k)
+                previous = StepInput(Path(record["data_path"]), record["data_hash"], Path(record["model_path"]),
+                                     record["model_hash"], context.last_masked)
+                context.last_masked = None
         return records
+
+    def _run_step(self, chain_run: str, ctx: _ChainContext, k: int, step_key: str, source: StepInput) -> dict:
+        """Importance of ``source`` (data and model), mask up to k, write the data, train and save a
+        fresh model, write the step record; returns the record."""
+        from roar.importance import make_measure
+        from roar.training import load_model
+
+        spec = ctx.spec
+        at_step(k)  # names the step for the fault points (roar.faults)
+        splits = source.splits if source.splits is not None else read_dataset(source.data_dir)[1]
+        step_tags = {**ctx.tags, "roar.k": k, "roar.input_data_hash": source.data_hash,
+                     "roar.input_model_hash": source.model_hash}
+        measure_params = ctx.recipe["params"]["importance"]
+        with self.tracker.run("step", f"k={k}", chain_run, step_tags, {"k": k}) as step_run:
+            with self.tracker.run("importance", f"{spec.measure} k={k}", step_run, step_tags) as imp_run:
+                self.tracker.log_dataset(imp_run, spec.dataset, source.data_dir, source.data_hash, "importance")
+                cached = ctx.importance_cache.get((source.data_hash, source.model_hash))
+                measure = model = None
+                if cached is None:
+                    measure = make_measure(spec.measure, seed=spec.seed, train_split=splits["train"],
+                                           vocab_size=ctx.n_vocab, n_classes=len(ctx.meta.classes),
+                                           ig_samples=int(measure_params.get("samples", 50)),
+                                           ig_max_rows=measure_params.get("max_rows"))
+                    model = load_model(source.model_dir) if measure.needs_model else None
+                masked, importance, seconds = roar_step(splits, model, measure, k, self.study.strategy, cached,
+                                                        ctx.recipe["params"]["batch_size"], self.progress, ctx.meta)
+                if not spec.recursive:  # plain ROAR explains the same inputs at every step
+                    ctx.importance_cache[(source.data_hash, source.model_hash)] = importance
+                n_examples = sum(len(split) for split in masked.values())
+                self.tracker.log_params(imp_run, {"measure": spec.measure, **measure_params})
+                self.tracker.log_metrics(imp_run, {"seconds": seconds, "examples": n_examples,
+                                                   "examples_per_second": n_examples / max(seconds, 1e-9)})
+            out_data, out_model = step_dir(ctx.folders[0], k), step_dir(ctx.folders[1], k)
+            write_dataset(out_data, ctx.meta, ctx.vocab_json, masked)
+            failpoint("data-written")
+            data_hash = content_hash(out_data)
+            self.tracker.log_dataset(step_run, f"{spec.dataset}-k{k}", out_data, data_hash, "train")
+            point, model_hash = self._train_and_save(step_run, {**step_tags, "roar.data_hash": data_hash}, ctx.meta,
+                                                     out_data, masked, spec.model, spec.seed, out_model)
+            failpoint("model-written")
+            self.tracker.log_metrics(step_run, {point["metric"]: point["value"], "masked_fraction": masked_fraction(
+                masked["train"], ctx.meta.mask_id, ctx.meta.unmaskable_ids)})
+        record = {"dataset": spec.dataset, "model": spec.model, "measure": spec.measure, "recursive": spec.recursive,
+                  "strategy": self.study.strategy, "seed": spec.seed, "k": k, **point, "importance_seconds": seconds,
+                  "data_hash": data_hash, "model_hash": model_hash, "input_data_hash": source.data_hash,
+                  "input_model_hash": source.model_hash, "data_path": str(out_data), "model_path": str(out_model),
+                  "step_key": step_key, "code_fingerprint": ctx.recipe["code"], "libraries": ctx.recipe["libraries"],
+                  "chain_run_id": chain_run, "step_run_id": step_run, "importance_run_id": imp_run,
+                  "study_run_id": self.study_run, "git_commit": self.tracker.commit}
+        write_json_atomic(ctx.folders[2] / f"k{k}.json", record)
+        ctx.last_masked = masked
+        at_step(None)
+        return record
+
+    def _log_reused_step(self, chain_run: str, ctx: _ChainContext, k: int, record: dict) -> None:
+        """A step run for a reused step: marked, linked to the run that computed it, same metrics."""
+        tags = {**ctx.tags, "roar.k": k, "roar.reused": "true", "roar.reused_from": record.get("step_run_id", ""),
+                "roar.data_hash": record["data_hash"], "roar.model_hash": record["model_hash"],
+                "roar.input_data_hash": record["input_data_hash"], "roar.input_model_hash": record["input_model_hash"]}
+        with self.tracker.run("step", f"k={k} (reused)", chain_run, tags, {"k": k}) as step_run:
+            self.tracker.log_metrics(step_run, {record["metric"]: record["value"]})
+
+    def log(self, message: str) -> None:
+        print(f"[roar] {message}", file=sys.stderr)
 
 
 def write_unsupported(layout: Layout, spec: ChainSpec, reason: str) -> None:
@@ -252,15 +296,25 @@ def _chain_key(spec: ChainSpec) -> tuple:
     return spec.dataset, spec.model, spec.measure, spec.recursive, spec.seed
 
 
-def _load_done(path: Path, step_key: str) -> dict | None:
-    """The recorded result of a finished step whose inputs still match, else None."""
+def _load_done(path: Path, step_key: str, log) -> dict | None:
+    """The record of a finished step made by the same inputs, params, code and libraries, whose
+    data and model on disk are still the ones it recorded; else None (the step is recomputed)."""
     if not path.is_file():
         return None
-    record = json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text())
+    except ValueError:
+        log(f"{path}: unreadable step record; recomputing the step")
+        return None
     if record.get("step_key") != step_key:
-        return None
-    if not (Path(record["data_path"]).is_dir() and Path(record["model_path"]).is_dir()):
-        return None
+        return None  # made by other inputs, params, code or libraries
+    for kind in ("data", "model"):
+        folder = Path(record[f"{kind}_path"])
+        found = content_hash(folder) if folder.is_dir() else "missing"
+        if found != record[f"{kind}_hash"]:
+            log(f"{folder}: content hash {found[:12]} differs from the step record's {record[f'{kind}_hash'][:12]}; "
+                "recomputing the step")
+            return None
     return record
 
 

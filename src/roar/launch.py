@@ -9,11 +9,14 @@ proves the pipeline complete.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
@@ -42,8 +45,40 @@ def _repro(root: Path, env: dict, stage: str) -> tuple[str, int, float, str]:
     return stage, proc.returncode, time.perf_counter() - start, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
+@contextmanager
+def workspace_lock(root: Path) -> Iterator[None]:
+    """Hold the workspace's pipeline lock, or refuse at once when another ``roar pipeline`` holds it.
+
+    An ``fcntl`` lock dies with its process, so a pipeline killed with SIGKILL leaves no stale lock.
+    """
+    path = root / ".roar.pipeline.lock"
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            raise RuntimeError(f"another `roar pipeline` (pid {holder}) is running in {root.resolve()}; "
+                               "wait for it to finish or stop it, then run again (finished steps are kept)") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.truncate(0)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print) -> dict[str, float]:
-    """Reproduce every stage; returns each stage's wall seconds. Raises on the first failure."""
+    """Reproduce every stage; returns each stage's wall seconds. Raises on the first failure, and
+    at once when another pipeline runs in the same workspace."""
+    with workspace_lock(root):
+        return _run_pipeline(root, jobs, log)
+
+
+def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
     from roar.params import load_params, study_from_params
     from roar.tracking import Tracker, fingerprint
 
@@ -53,7 +88,7 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print) -> dict[str, 
     study_params = {k: params[k] for k in ("study", "prepare", "train", "importance") if k in params}
     study_run = tracker.study_run(study.name, fingerprint(study_params),
                                   {"study": study.name, "seeds": study.seeds, "measures": study.measures,
-                                   "steps": study.steps})
+                                   "steps": study.steps}, owned=True)
     env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
     names = stage_names(root)
     timings: dict[str, float] = {}
@@ -68,10 +103,12 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print) -> dict[str, 
                     tracker.end(study_run, failed=True)
                     raise RuntimeError(f"stage {stage} failed:\n{output}")
     start = time.perf_counter()
-    subprocess.run(["dvc", "--wait-for-lock", "repro"], cwd=root, env=env, check=True,
-                   stdout=sys.stdout, stderr=sys.stderr)
+    final = subprocess.run(["dvc", "--wait-for-lock", "repro"], cwd=root, env=env, stdout=sys.stdout,
+                           stderr=sys.stderr)
     timings["final dvc repro"] = time.perf_counter() - start
-    tracker.end(study_run)
+    tracker.end(study_run, failed=final.returncode != 0)
+    if final.returncode != 0:
+        raise RuntimeError(f"the final `dvc repro` failed (exit {final.returncode}); see its output above")
     return timings
 
 

@@ -11,12 +11,42 @@ import fcntl
 import hashlib
 import json
 import os
+import socket
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
 KINDS = ("study", "chain", "step", "importance", "train", "report")
 PARENT_TAG = "mlflow.parentRunId"
+PROCESS_TAG = "roar.process"  # host:pid:start-time of the process that owns a RUNNING run
+
+
+def process_identity(pid: int | None = None) -> str:
+    """``host:pid:start`` of a process (start = its start time in clock ticks since boot, so that a
+    reused pid is not mistaken for the original process); ``host:pid:`` where /proc is absent."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        # field 22 of /proc/<pid>/stat, counted after the parenthesised command name
+        start = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        start = ""
+    return f"{socket.gethostname()}:{pid}:{start}"
+
+
+def process_alive(identity: str) -> bool | None:
+    """Whether the process named by :func:`process_identity` still runs; None if it ran on
+    another host (it cannot be checked from here)."""
+    host, _, rest = identity.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return process_identity(int(pid)) == identity if start else True
 
 
 def tracking_uri(root: Path = Path(".")) -> str:
@@ -66,13 +96,27 @@ class Tracker:
             found = self.client.get_experiment_by_name(experiment)
             self.experiment_id = (found.experiment_id if found else self.client.create_experiment(
                 experiment, artifact_location=(root.resolve() / "mlartifacts" / experiment).as_uri()))
+        self.end_orphans()
+
+    def end_orphans(self) -> list[str]:
+        """Mark KILLED every RUNNING run whose owning process (on this host) is gone: a stage or
+        pipeline killed with SIGKILL cannot end its own runs, so the next process does."""
+        orphans = []
+        for run in self.client.search_runs([self.experiment_id], "attributes.status = 'RUNNING'",
+                                           max_results=50_000):
+            identity = run.data.tags.get(PROCESS_TAG)
+            if identity and process_alive(identity) is False:
+                self.client.set_terminated(run.info.run_id, "KILLED")
+                self.client.set_tag(run.info.run_id, "roar.ended_by", f"{process_identity()}: owner process gone")
+                orphans.append(run.info.run_id)
+        return orphans
 
     def start(self, kind: str, name: str, parent: str | None, tags: dict, params: dict | None = None) -> str:
         """Create a running run of ``kind`` under ``parent``; returns its id."""
         if kind not in KINDS:
             raise ValueError(f"unknown run kind {kind!r}; allowed: {', '.join(KINDS)}")
         all_tags = {"roar.kind": kind, "roar.git_commit": self.commit, "mlflow.runName": name,
-                    **{k: str(v) for k, v in tags.items()}}
+                    PROCESS_TAG: process_identity(), **{k: str(v) for k, v in tags.items()}}
         if parent:
             all_tags[PARENT_TAG] = parent
         run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name)
@@ -115,9 +159,14 @@ class Tracker:
             raise
         self.end(run_id)
 
-    def study_run(self, study_name: str, study_key: str, params: dict) -> str:
-        """The study run of this grid and commit: ``ROAR_STUDY_RUN_ID``, else found or created once."""
-        if os.environ.get("ROAR_STUDY_RUN_ID"):
+    def study_run(self, study_name: str, study_key: str, params: dict, owned: bool = False) -> str:
+        """The study run of this grid and commit: ``ROAR_STUDY_RUN_ID``, else found or created once.
+
+        ``owned``: the caller (``roar pipeline``) keeps the run RUNNING while it works and ends it;
+        a study run that a single stage creates (plain ``dvc repro``) only groups the stages' runs
+        and ends FINISHED at once (no process outlives it to end it later).
+        """
+        if os.environ.get("ROAR_STUDY_RUN_ID") and not owned:
             return os.environ["ROAR_STUDY_RUN_ID"]
         with _lock(self.root):
             runs = self.client.search_runs(
@@ -125,8 +174,14 @@ class Tracker:
                 f"tags.`roar.kind` = 'study' and tags.`roar.study_key` = '{study_key}' "
                 f"and tags.`roar.git_commit` = '{self.commit}'", max_results=1)
             if runs:
-                return runs[0].info.run_id
+                run_id = runs[0].info.run_id
+                if owned:  # reopened by this pipeline run
+                    self.client.update_run(run_id, status="RUNNING")
+                    self.client.set_tag(run_id, PROCESS_TAG, process_identity())
+                return run_id
             run_id = self.start("study", study_name, None, {"roar.study_key": study_key}, params)
+            if not owned:
+                self.end(run_id)
         return run_id
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import torch
 
 from roar.data.storage import DatasetMeta, Split
+from roar.faults import failpoint
 from roar.fileio import atomic_dir
 from roar.metrics import compute_metric
 from roar.models.batching import BucketBatchSampler, SplitDataset, iterate_batches
@@ -63,6 +65,10 @@ class TrainResult:
     seconds: float
     history: list[dict] = field(default_factory=list)
     embedding_coverage: float | None = None  # share of the vocabulary found in the pretrained vectors
+
+    def reproducible(self) -> dict:
+        """The fields that the inputs determine (everything but the wall time)."""
+        return {k: v for k, v in asdict(self).items() if k != "seconds"}
 
 
 def build_model(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
@@ -134,13 +140,18 @@ def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig
             self._val_labels.append(batch.labels)
 
         def on_validation_epoch_end(self):
-            score = compute_metric(select_metric, torch.cat(self._val_logits).cpu(), torch.cat(self._val_labels).cpu())
+            logits = torch.cat(self._val_logits).cpu()
+            # Non-finite logits (a diverged model) score NaN: argmax would hide them.
+            score = (compute_metric(select_metric, logits, torch.cat(self._val_labels).cpu())
+                     if bool(torch.isfinite(logits).all()) else float("nan"))
             self._val_logits, self._val_labels = [], []
             epoch = self.current_epoch
             self.history.append({"epoch": epoch, "train_loss": self._loss_sum / max(self._loss_n, 1),
                                  f"val_{select_metric}": score})
             self._loss_sum, self._loss_n = 0.0, 0
-            if score > self.best_score:
+            if epoch == 0:
+                failpoint("train")
+            if score > self.best_score:  # a NaN score never wins (see train())
                 self.best_score, self.best_epoch = score, epoch
                 self.best_state = copy.deepcopy(self.model.state_dict())
 
@@ -204,13 +215,26 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
         torch.utils.data.DataLoader(train_set, batch_sampler=sampler, collate_fn=train_set.collate),
         torch.utils.data.DataLoader(val_set, 256, collate_fn=val_set.collate),
     )
+    # Deterministic kernels: on the CPU the same inputs, seed and thread count give byte-identical
+    # weights (so a retrained model folder keeps its content hash). On a GPU, cuDNN's LSTM and
+    # scatter/index kernels have no deterministic implementation; Lightning then warns instead.
     trainer = L.Trainer(max_epochs=config.epochs, logger=False, enable_checkpointing=False,
                         enable_model_summary=False, enable_progress_bar=progress, num_sanity_val_steps=0,
-                        deterministic=False, precision=trainer_precision(config))
+                        deterministic=True if not torch.cuda.is_available() else "warn",
+                        precision=trainer_precision(config))
     trainer.fit(module, *loaders)
+    if module.best_state is None:
+        scores = [entry[f"val_{meta.select_metric}"] for entry in module.history]
+        raise ValueError(f"training {config.model} on {meta.name} (seed {seed}) gave a non-finite validation "
+                         f"{meta.select_metric} in every epoch ({scores[:5]}); the loss diverged or the data are "
+                         "degenerate: lower lr or check the dataset")
     model.load_state_dict(module.best_state)
     test_logits = predict_logits(model, splits["test"])
-    test_metric = compute_metric(meta.metric, test_logits, torch.from_numpy(splits["test"].labels))
+    test_metric = (compute_metric(meta.metric, test_logits, torch.from_numpy(splits["test"].labels))
+                   if bool(torch.isfinite(test_logits).all()) else float("nan"))
+    if not math.isfinite(test_metric):
+        raise ValueError(f"test {meta.metric} of {config.model} on {meta.name} (seed {seed}) is {test_metric}; "
+                         "the model's logits are not finite")
     result = TrainResult(best_epoch=module.best_epoch, val_metric=module.best_score, test_metric=test_metric,
                          metric=meta.metric, seconds=time.perf_counter() - start, history=module.history,
                          embedding_coverage=coverage)
@@ -232,7 +256,9 @@ def save_model(folder: Path, model: torch.nn.Module, config: TrainConfig, meta: 
     with atomic_dir(folder) as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
         (tmp / "config.json").write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
-        (tmp / "result.json").write_text(json.dumps(asdict(result), indent=2, sort_keys=True) + "\n")
+        # Only what the inputs determine: wall time and run ids belong to the step's record, so that
+        # retraining on the same inputs gives the same folder hash.
+        (tmp / "result.json").write_text(json.dumps(result.reproducible(), indent=2, sort_keys=True) + "\n")
 
 
 def load_model(folder: Path) -> torch.nn.Module:

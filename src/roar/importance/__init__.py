@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from roar.data.storage import Split
 
-MEASURES = ("random", "attention", "gradient", "input-x-gradient", "integrated-gradient", "mutual-information")
+# Each measure's module, imported by name when the measure is used (so that a stage's code
+# fingerprint holds only the measure it runs; see roar.provenance).
+MEASURE_MODULES = {"random": "roar.importance.random", "attention": "roar.importance.attention",
+                   "gradient": "roar.importance.gradient", "input-x-gradient": "roar.importance.input_x_gradient",
+                   "integrated-gradient": "roar.importance.integrated_gradient",
+                   "mutual-information": "roar.importance.mutual_information"}
+MEASURES = tuple(MEASURE_MODULES)
+
+
+def measure_module(name: str) -> ModuleType:
+    """The module that implements the measure ``name``."""
+    if name not in MEASURE_MODULES:
+        raise ValueError(f"unknown importance measure {name!r}; allowed: {', '.join(MEASURES)}")
+    return importlib.import_module(MEASURE_MODULES[name])
 
 
 def check_supported(measure: str, model: str) -> None:
@@ -26,29 +42,17 @@ def make_measure(name: str, *, seed: int = 0, train_split: Split | None = None, 
         ig_samples, ig_max_rows: Riemann samples and memory budget of ``integrated-gradient``.
     """
     if name == "random":
-        from roar.importance.random import RandomImportance
-
-        return RandomImportance(seed)
+        return measure_module(name).RandomImportance(seed)
     if name == "attention":
-        from roar.importance.attention import AttentionImportance
-
-        return AttentionImportance()
+        return measure_module(name).AttentionImportance()
     if name == "gradient":
-        from roar.importance.gradient import GradientImportance
-
-        return GradientImportance()
+        return measure_module(name).GradientImportance()
     if name == "input-x-gradient":
-        from roar.importance.input_x_gradient import InputXGradientImportance
-
-        return InputXGradientImportance()
+        return measure_module(name).InputXGradientImportance()
     if name == "integrated-gradient":
-        from roar.importance.integrated_gradient import IntegratedGradientImportance
-
-        return IntegratedGradientImportance(ig_samples, ig_max_rows)
+        return measure_module(name).IntegratedGradientImportance(ig_samples, ig_max_rows)
     if name == "mutual-information":
-        from roar.importance.mutual_information import MutualInformationImportance
-
         if train_split is None:
             raise ValueError("mutual-information needs the training split")
-        return MutualInformationImportance(train_split, vocab_size, n_classes)
+        return measure_module(name).MutualInformationImportance(train_split, vocab_size, n_classes)
     raise ValueError(f"unknown importance measure {name!r}; allowed: {', '.join(MEASURES)}")

@@ -1,0 +1,150 @@
+"""What each chain step explains, deterministic retraining, and reuse that checks the files.
+
+These run the real chain runner (real files, real MLflow in a temporary SQLite store) on a tiny
+generated bAbI-1, and recompute a step from what is on disk to check what it explained.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from roar.chain import ChainSpec, Runner
+from roar.data.prepare import PrepareConfig, prepare
+from roar.data.storage import read_dataset
+from roar.fileio import content_hash
+from roar.importance import make_measure
+from roar.importance.base import compute_importance
+from roar.masking import mask_split
+from roar.paths import Layout
+from roar.training import load_model
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = [40, 70]
+
+
+def tiny_params() -> dict:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["study"].update(name="chain-test", measures=["random", "gradient"], roar_measures=["gradient"],
+                           seeds=[0], steps=STEPS)
+    params["prepare"]["babi-1"].update(n_train=240, n_test=60)
+    params["train"]["bilstm-attention"]["babi-1"].update(epochs=2, lr=0.01)
+    params["runtime"] = {"threads": 1}
+    return params
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, monkeypatch_module) -> Path:
+    """A workspace with prepared data, the k = 0 model and one recursive and one plain gradient chain."""
+    root = tmp_path_factory.mktemp("chain")
+    monkeypatch_module.chdir(root)  # the step records hold paths relative to the workspace
+    monkeypatch_module.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch_module.delenv("ROAR_STUDY_RUN_ID", raising=False)
+    params = tiny_params()
+    layout = Layout(Path("."))
+    prepare("babi-1", layout.prepared("babi-1", "bilstm-attention"), PrepareConfig(**params["prepare"]["babi-1"]))
+    runner = Runner(params, Path("."), progress=False)
+    runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
+    for recursive in (True, False):
+        runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, recursive))
+    return root
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def _step(project: Path, kind: str, mode: str, k: int) -> Path:
+    if kind == "results":
+        return project / f"results/babi-1/bilstm-attention/gradient/{mode}/s0/k{k}.json"
+    prefix = "data/masked" if kind == "data" else "models"
+    return project / f"{prefix}/babi-1/bilstm-attention/gradient/{mode}/s0/k{k}"
+
+
+def _redo_step(data_dir: Path, model_dir: Path, k: int) -> dict:
+    """Mask ``data_dir`` up to k by gradient importance of the model in ``model_dir``, by hand."""
+    meta, splits = read_dataset(data_dir)
+    model, measure = load_model(model_dir), make_measure("gradient")
+    return {name: mask_split(split, compute_importance(measure, model, split, name, 128, False), k, "quantile",
+                             meta.mask_id, meta.unmaskable_ids).tokens for name, split in splits.items()}
+
+
+def _tokens(data_dir: Path) -> dict:
+    return {name: split.tokens for name, split in read_dataset(data_dir)[1].items()}
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_recursive_step_explains_the_previous_steps_masked_data_with_its_model(project: Path) -> None:
+    prepared, k0 = project / "data/prepared/babi-1/bilstm-attention", project / "models/babi-1/bilstm-attention/k0/s0"
+    _assert_same(_tokens(_step(project, "data", "recursive", 40)), _redo_step(prepared, k0, 40))
+    expected = _redo_step(_step(project, "data", "recursive", 40), _step(project, "models", "recursive", 40), 70)
+    _assert_same(_tokens(_step(project, "data", "recursive", 70)), expected)
+    # the tempting mistake: the previous model on the unmasked data masks other tokens
+    wrong = _redo_step(prepared, _step(project, "models", "recursive", 40), 70)
+    assert any((wrong[name] != expected[name]).any() for name in expected)
+    record = json.loads(_step(project, "results", "recursive", 70).read_text())
+    assert record["input_data_hash"] == content_hash(_step(project, "data", "recursive", 40))
+    assert record["input_model_hash"] == content_hash(_step(project, "models", "recursive", 40))
+
+
+def test_plain_roar_step_explains_the_unmasked_data_with_the_k0_model(project: Path) -> None:
+    prepared, k0 = project / "data/prepared/babi-1/bilstm-attention", project / "models/babi-1/bilstm-attention/k0/s0"
+    for k in STEPS:
+        _assert_same(_tokens(_step(project, "data", "roar", k)), _redo_step(prepared, k0, k))
+        record = json.loads(_step(project, "results", "roar", k).read_text())
+        assert (record["input_data_hash"], record["input_model_hash"]) == (content_hash(prepared), content_hash(k0))
+    # and differs from the recursive chain after the first step
+    assert any((_tokens(_step(project, "data", "roar", 70))[n] != _tokens(_step(project, "data", "recursive", 70))[n]).any()
+               for n in ("train", "val", "test"))
+
+
+def test_retraining_on_the_same_inputs_gives_the_same_model_folder_hash(project: Path) -> None:
+    runner = Runner(tiny_params(), Path("."), progress=False)
+    folder = project / "models/babi-1/bilstm-attention/k0/s0"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
+    after = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert before == after  # byte-identical: weights, config and result.json (no wall time inside)
+    assert "seconds" not in json.loads(after["result.json"])
+
+
+def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> None:
+    runner = Runner(tiny_params(), Path("."), progress=False)
+    spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, True)
+    records = {r["k"]: r for r in json.loads(json.dumps(runner.run_chain(spec)))}
+    original = {k: json.loads(_step(project, "results", "recursive", k).read_text()) for k in STEPS}
+    assert all(records[k]["step_run_id"] == original[k]["step_run_id"] for k in STEPS)  # all reused
+    # Replace step 40's data by other data (as a run under other params would leave it): the
+    # record no longer matches the files, so step 40 is recomputed; its inputs are unchanged, so
+    # the recomputed data are the original's and step 70 (same step key) is reused.
+    data40 = _step(project, "data", "recursive", 40)
+    shutil.rmtree(data40)
+    shutil.copytree(project / "data/prepared/babi-1/bilstm-attention", data40)
+    again = {r["k"]: r for r in runner.run_chain(spec)}
+    assert again[40]["step_run_id"] != original[40]["step_run_id"]
+    assert again[40]["data_hash"] == original[40]["data_hash"] == content_hash(data40)
+    assert again[40]["model_hash"] == original[40]["model_hash"]
+    assert again[70]["step_run_id"] == original[70]["step_run_id"]
+
+
+def test_a_step_record_from_other_params_is_not_reused(project: Path) -> None:
+    params = tiny_params()
+    params["importance"]["batch_size"] = 64  # a params change (same numbers, other step key)
+    runner = Runner(params, Path("."), progress=False)
+    original = json.loads(_step(project, "results", "roar", 40).read_text())
+    records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False))
+    assert records[0]["step_key"] != original["step_key"]
+    assert records[0]["step_run_id"] != original["step_run_id"]
+    assert records[0]["data_hash"] == original["data_hash"]  # recomputed, same inputs -> same data
