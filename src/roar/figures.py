@@ -61,7 +61,8 @@ def curve_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def racu_figure(racu: pd.DataFrame, out: Path) -> list[Path]:
-    """Bars of RACU (percent) with 95 % CIs, per dataset/model/mode, a bar per measure."""
+    """Bars of RACU (percent, mean of the unclipped per-seed values) with 95 % intervals, per dataset/model/mode,
+    a bar per measure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,8 +84,9 @@ def racu_figure(racu: pd.DataFrame, out: Path) -> list[Path]:
             r = row.iloc[0]
             xs.append(i + (j - (len(measures) - 1) / 2) * width)
             means.append(100 * r["racu_mean"])
-            errors[0].append(100 * (r["racu_mean"] - r["racu_low"]))
-            errors[1].append(100 * (r["racu_high"] - r["racu_mean"]))
+            # no interval (1 seed) draws no error bar; a bound on the wrong side of the mean draws none either
+            errors[0].append(max(0.0, np.nan_to_num(100 * (r["racu_mean"] - r["racu_low"]))))
+            errors[1].append(max(0.0, np.nan_to_num(100 * (r["racu_high"] - r["racu_mean"]))))
         ax.bar(xs, means, width, yerr=np.array(errors), capsize=2, label=measure,
                color=MEASURE_STYLE.get(measure, {}).get("color"))
     ax.axhline(0, color="black", linewidth=0.8)

@@ -1,20 +1,32 @@
-"""Turn per-point results into the study's tables (points, curves, RACU)."""
+"""Turn per-point results into the study's tables (points, curves, RACU per seed and summary).
+
+Nothing is dropped silently: every seed or measure that gets no RACU is returned as a record
+(``excluded.csv``), printed as a warning, and listed in the README under "Left out".
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from roar.fileio import write_text_atomic
 from roar.params import Study, study_from_params
-from roar.racu import mean_ci, racu
+from roar.racu import BOOTSTRAP_RESAMPLES, MIN_BOOTSTRAP_VALUES, mean_interval, racu_seed
 
 POINT_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "seed", "k", "metric", "value"]
-CURVE_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "k", "metric", "mean", "low", "high", "n_seeds"]
-RACU_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "racu_mean", "racu_low", "racu_high", "n_seeds"]
+CURVE_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "k", "metric", "mean", "low", "high",
+                 "n_seeds", "interval"]
+RACU_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "racu_mean", "racu_low", "racu_high", "n_seeds",
+                "interval"]
+RACU_SEED_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "curve", "seed", "racu", "racu_unclipped"]
+EXCLUDED_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "seed", "reason"]
 CHAIN_KEYS = ["dataset", "model", "measure", "recursive", "strategy"]
+FEW_SEEDS = 5  # results over fewer seeds carry the flag below
+FLAG = "†"
 
 
 def read_records(results: Path) -> list[dict]:
@@ -47,57 +59,188 @@ def collect_points(records: list[dict], study: Study) -> pd.DataFrame:
     return points.sort_values(["dataset", "model", "measure", "recursive", "strategy", "seed", "k"]).reset_index(drop=True)
 
 
+def expected_ks(study: Study) -> list[int]:
+    """The points of a complete curve: k = 0, the steps, and k = 100 for quantile studies."""
+    return [0, *study.steps] + ([study.end_k] if study.end_k is not None else [])
+
+
+def racu_chains(study: Study) -> list[tuple[str, str, str, bool]]:
+    """``(dataset, model, measure, recursive)`` of every chain of the study that should get a RACU
+    (every measure but random, skipping measures undefined for the model: those have no chain at all)."""
+    from roar.importance import check_supported
+
+    chains = []
+    modes = [(m, True) for m in study.measures] + [(m, False) for m in study.roar_measures]
+    for dataset in study.datasets:
+        for model in study.models:
+            for measure, recursive in modes:
+                if measure == "random":
+                    continue
+                try:
+                    check_supported(measure, model)
+                except ValueError:
+                    continue
+                chains.append((dataset, model, measure, recursive))
+    return chains
+
+
 def summarise_curves(points: pd.DataFrame) -> pd.DataFrame:
-    """Mean and 95 % CI over seeds of every curve point."""
+    """Mean and 95 % interval over seeds of every curve point (method per :func:`roar.racu.mean_interval`)."""
     rows = []
     for key, group in points.groupby(CHAIN_KEYS + ["k", "metric"], sort=True):
-        ci = mean_ci(group["value"].to_numpy())
+        ci = mean_interval(group["value"].to_numpy())
         rows.append(dict(zip(CHAIN_KEYS + ["k", "metric"], key)) | {"mean": ci.mean, "low": ci.low, "high": ci.high,
-                                                                     "n_seeds": ci.n})
+                                                                     "n_seeds": ci.n, "interval": ci.method})
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
-def racu_per_seed(points: pd.DataFrame) -> pd.DataFrame:
-    """RACU of every (chain, seed) against the random chain of the same dataset, model and seed."""
-    rows = []
+def _missing(curve: pd.Series, ks: list[int]) -> list[int]:
+    return [k for k in ks if k not in curve.index]
+
+
+def _ks(ks: list[int]) -> str:
+    return ", ".join(map(str, ks))
+
+
+def racu_per_seed(points: pd.DataFrame, study: Study) -> tuple[pd.DataFrame, list[dict]]:
+    """RACU of every (chain, seed) against the random chain of the same dataset, model and seed.
+
+    Only complete curves (every k of :func:`expected_ks`, for the measure and for its random
+    baseline) get a RACU. Returns the per-seed table (``RACU_SEED_COLUMNS``; ``curve`` is
+    ``retrained``) and one record (``EXCLUDED_COLUMNS``) per seed or measure left out, with why;
+    ``seed`` is None in a record that concerns the whole measure.
+    """
+    ks = expected_ks(study)
+    rows, excluded = [], []
     random = points[points["measure"] == "random"]
-    for key, group in points[points["measure"] != "random"].groupby(CHAIN_KEYS + ["seed"], sort=True):
-        info = dict(zip(CHAIN_KEYS + ["seed"], key))
-        base = random[(random["dataset"] == info["dataset"]) & (random["model"] == info["model"])
-                      & (random["strategy"] == info["strategy"]) & (random["seed"] == info["seed"])]
-        base = base.drop_duplicates("k").set_index("k")["value"]
-        curve = group.set_index("k")["value"].sort_index()
-        if not curve.index.isin(base.index).all() or len(curve) < 2:
-            continue  # no complete random curve of this seed to compare with
-        rows.append(info | {"racu": racu(curve.index.to_numpy(), curve.to_numpy(), base.loc[curve.index].to_numpy())})
-    return pd.DataFrame(rows, columns=CHAIN_KEYS + ["seed", "racu"])
+    for dataset, model, measure, recursive in racu_chains(study):
+        chain = points[(points["dataset"] == dataset) & (points["model"] == model) & (points["measure"] == measure)
+                       & (points["recursive"] == recursive) & (points["strategy"] == study.strategy)]
+        info = {"dataset": dataset, "model": model, "measure": measure, "recursive": recursive,
+                "strategy": study.strategy}
+        n_before = len(rows)
+        for seed in study.seeds:
+            reasons = []
+            curve = chain[chain["seed"] == seed].drop_duplicates("k").set_index("k")["value"].sort_index()
+            if curve.empty:
+                reasons.append("no results for this seed (chain not run or its results missing)")
+            elif missing := _missing(curve, ks):
+                reasons.append(f"incomplete curve: missing k {_ks(missing)}")
+            base = random[(random["dataset"] == dataset) & (random["model"] == model)
+                          & (random["strategy"] == study.strategy) & (random["seed"] == seed)]
+            if base["recursive"].any():  # the random chain is run once (recursive) and reused by plain ROAR
+                base = base[base["recursive"]]
+            base = base.drop_duplicates("k").set_index("k")["value"].sort_index()
+            if base.empty:
+                reasons.append("no random chain of this seed (RACU compares with the same seed's random curve)")
+            elif missing := _missing(base, ks):
+                reasons.append(f"random curve of this seed incomplete: missing k {_ks(missing)}")
+            if not reasons:
+                value = racu_seed(ks, curve.loc[ks].to_numpy(), base.loc[ks].to_numpy())
+                if math.isnan(value.unclipped):
+                    reasons.append("random curve encloses no area (RACU undefined)")
+                else:
+                    rows.append(info | {"curve": "retrained", "seed": seed, "racu": value.racu,
+                                        "racu_unclipped": value.unclipped})
+            if reasons:
+                excluded.append(info | {"seed": seed, "reason": "; ".join(reasons)})
+        if len(rows) == n_before:
+            excluded.append(info | {"seed": None, "reason": "no seed has a RACU: measure left out of racu.csv"})
+    return pd.DataFrame(rows, columns=RACU_SEED_COLUMNS), excluded
 
 
 def summarise_racu(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Mean of the *unclipped* per-seed RACU and its interval (method named in ``interval``)."""
     rows = []
     for key, group in per_seed.groupby(CHAIN_KEYS, sort=True):
-        ci = mean_ci(group["racu"].to_numpy())
+        ci = mean_interval(group["racu_unclipped"].to_numpy())
         rows.append(dict(zip(CHAIN_KEYS, key)) | {"racu_mean": ci.mean, "racu_low": ci.low, "racu_high": ci.high,
-                                                  "n_seeds": ci.n})
+                                                  "n_seeds": ci.n, "interval": ci.method})
     return pd.DataFrame(rows, columns=RACU_COLUMNS)
 
 
-def _csv(frame: pd.DataFrame) -> str:
-    return frame.to_csv(index=False, float_format="%.6f", lineterminator="\n")
+def excluded_frame(excluded: list[dict]) -> pd.DataFrame:
+    """The records as a table; ``seed`` is empty where a record concerns the whole measure."""
+    frame = pd.DataFrame(excluded, columns=EXCLUDED_COLUMNS)
+    frame["seed"] = pd.array([r["seed"] for r in excluded], dtype="Int64")
+    return frame
 
 
 def _mode(recursive: bool) -> str:
     return "recursive" if recursive else "roar"
 
 
+def excluded_line(record: dict) -> str:
+    """``babi-1/bilstm-attention/gradient/recursive seed 2: random curve encloses no area (RACU undefined)``."""
+    name = f"{record['dataset']}/{record['model']}/{record['measure']}/{_mode(record['recursive'])}"
+    seed = "" if record["seed"] is None else f" seed {record['seed']}"
+    return f"{name}{seed}: {record['reason']}"
+
+
+def warn_excluded(excluded: list[dict], stream=None) -> None:
+    """One ``warning: left out ...`` line per record on stderr."""
+    stream = stream or sys.stderr
+    for record in excluded:
+        print(f"warning: left out {excluded_line(record)}", file=stream)
+
+
+def _csv(frame: pd.DataFrame) -> str:
+    return frame.to_csv(index=False, float_format="%.6f", lineterminator="\n")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _flag(row: pd.Series) -> str:
+    return FLAG if row["n_seeds"] < FEW_SEEDS else ""
+
+
 def _cell(row: pd.Series) -> str:
-    """``mean (+up/-down)`` in percent, as the paper prints RACU."""
-    mean, up, down = 100 * row["racu_mean"], 100 * (row["racu_high"] - row["racu_mean"]), 100 * (row["racu_mean"] - row["racu_low"])
-    return f"{mean:.1f} (+{up:.1f}/−{down:.1f})"
+    """``mean [low, high] (n=3)†`` in percent; no bounds when there is no interval."""
+    interval = (f" [{_pct(row['racu_low'])}, {_pct(row['racu_high'])}]" if not math.isnan(row["racu_low"])
+                else " (no interval)")
+    return f"{_pct(row['racu_mean'])}{interval} (n={row['n_seeds']}){_flag(row)}"
+
+
+def method_note(method: str) -> str:
+    """A sentence on what an interval method means."""
+    if method.startswith("student-t"):
+        return f"{method}: mean ± t·s/√n over the seeds; assumes roughly normal per-seed values"
+    if method.startswith("bca"):
+        return f"{method}: bias-corrected and accelerated bootstrap of the mean, fixed RNG"
+    if method.startswith("percentile"):
+        return f"{method}: percentile bootstrap of the mean, fixed RNG (BCa gave no bounds)"
+    return method
+
+
+def _method_lines(frame: pd.DataFrame, label) -> list[str]:
+    """Which interval method each cell of a table used: one line when all share it, else one per method."""
+    methods = sorted(frame["interval"].unique())
+    if len(methods) == 1:
+        return [f"Interval: {method_note(methods[0])}."]
+    return [f"Interval of {', '.join(label(r) for _, r in frame[frame['interval'] == m].iterrows())}: "
+            f"{method_note(m)}." for m in methods]
+
+
+def _flag_note(frame: pd.DataFrame) -> str | None:
+    few = frame[frame["n_seeds"] < FEW_SEEDS]
+    if few.empty:
+        return None
+    several = sorted(n for n in few["n_seeds"].unique() if n >= 2)
+    parts = [f"interval is a t-interval over {_ks(several)} seeds and is wide/indicative"] if several else []
+    if (few["n_seeds"] == 1).any():
+        parts.append("with 1 seed there is no interval")
+    return f"{FLAG} fewer than {FEW_SEEDS} seeds: " + "; ".join(parts) + "."
+
+
+def _label(r: pd.Series) -> str:
+    return f"{r['dataset']}/{r['model']}/{r['measure']}"
 
 
 def racu_markdown(racu: pd.DataFrame) -> str:
-    """Paper-style tables: a row per dataset and measure, a column per model, one table per mode."""
+    """Paper-style tables: a row per dataset and measure, a column per model, one table per mode,
+    with the interval method and the few-seeds flag explained under each table."""
     models = sorted(racu["model"].unique())
     parts = []
     for recursive, frame in racu.groupby("recursive", sort=False):
@@ -107,12 +250,67 @@ def racu_markdown(racu: pd.DataFrame) -> str:
         for (dataset, measure), rows in frame.groupby(["dataset", "measure"], sort=True):
             cells = [_cell(rows[rows["model"] == m].iloc[0]) if (rows["model"] == m).any() else "" for m in models]
             parts.append(f"| {dataset} | {measure} | " + " | ".join(cells) + " |")
+        notes = ["Mean over seeds of the unclipped per-seed RACU, 95 % interval of the mean in brackets.",
+                 *_method_lines(frame, _label)]
+        if note := _flag_note(frame):
+            notes.append(note)
+        for line in notes:  # a paragraph each
+            parts += ["", line]
         parts.append("")
     return "\n".join(parts)
 
 
-def racu_tex(racu: pd.DataFrame) -> str:
-    """The same tables as LaTeX tabulars."""
+def _seed_cell(values: pd.DataFrame) -> str:
+    if values.empty:
+        return "—"
+    r = values.iloc[0]
+    cell = _pct(r["racu"])
+    if r["racu"] != r["racu_unclipped"]:
+        cell += f" ({_pct(r['racu_unclipped'])})"
+    return cell
+
+
+def _seed_rows(per_seed: pd.DataFrame, study: Study):
+    """``(dataset, model, mode, measure, [cell per seed])`` for every chain that should have a RACU."""
+    for dataset, model, measure, recursive in sorted(racu_chains(study), key=lambda c: (c[0], c[1], not c[3], c[2])):
+        chain = per_seed[(per_seed["dataset"] == dataset) & (per_seed["model"] == model)
+                         & (per_seed["measure"] == measure) & (per_seed["recursive"] == recursive)]
+        yield dataset, model, _mode(recursive), measure, [_seed_cell(chain[chain["seed"] == s]) for s in study.seeds]
+
+
+SEED_TABLE_NOTE = ("Clipped RACU (%) of each seed, the unclipped value in parentheses where it lies outside "
+                   "[-100, 100]; — = left out (see Left out).")
+
+
+def racu_seeds_markdown(per_seed: pd.DataFrame, study: Study) -> str:
+    """One row per dataset/model/mode/measure, one column per seed."""
+    parts = ["### RACU (%) per seed\n",
+             "| dataset | model | mode | measure | " + " | ".join(f"seed {s}" for s in study.seeds) + " |",
+             "|---|---|---|---|" + "---|" * len(study.seeds)]
+    for dataset, model, mode, measure, cells in _seed_rows(per_seed, study):
+        parts.append(f"| {dataset} | {model} | {mode} | {measure} | " + " | ".join(cells) + " |")
+    return "\n".join(parts + ["", SEED_TABLE_NOTE, ""])
+
+
+def excluded_markdown(excluded: list[dict]) -> str:
+    if not excluded:
+        return "Nothing was left out: every seed of every measure has a RACU.\n"
+    return "\n".join(f"* {excluded_line(r)}" for r in excluded) + "\n"
+
+
+TEX = {"%": "\\%", "_": "\\_", "†": "$^\\dagger$", "±": "$\\pm$", "·": "$\\cdot$", "√n": "$\\sqrt{n}$",
+       "—": "--", "−": "-"}
+
+
+def _tex(text: str) -> str:
+    """Plain text for LaTeX: escapes and the few non-ASCII signs the notes use."""
+    for plain, tex in TEX.items():
+        text = text.replace(plain, tex)
+    return text
+
+
+def racu_tex(racu: pd.DataFrame, per_seed: pd.DataFrame | None = None, study: Study | None = None) -> str:
+    """The same tables as LaTeX tabulars (the per-seed one when ``per_seed`` and ``study`` are given)."""
     models = sorted(racu["model"].unique())
     parts = []
     for recursive, frame in racu.groupby("recursive", sort=False):
@@ -127,20 +325,40 @@ def racu_tex(racu: pd.DataFrame) -> str:
                     cells.append("")
                     continue
                 r = match.iloc[0]
-                cells.append(f"${100 * r['racu_mean']:.1f}^{{+{100 * (r['racu_high'] - r['racu_mean']):.1f}}}"
-                             f"_{{-{100 * (r['racu_mean'] - r['racu_low']):.1f}}}$")
+                flag = "^{\\dagger}" if r["n_seeds"] < FEW_SEEDS else ""
+                if math.isnan(r["racu_low"]):
+                    cells.append(f"${_pct(r['racu_mean'])}{flag}$")
+                else:
+                    cells.append(f"${_pct(r['racu_mean'])}\\,[{_pct(r['racu_low'])}, {_pct(r['racu_high'])}]{flag}$")
             parts.append(f"{dataset} & {measure} & " + " & ".join(cells) + " \\\\")
         parts += ["\\bottomrule", "\\end{tabular}", ""]
+        notes = ["Mean over seeds of the unclipped per-seed RACU, 95 % interval of the mean in brackets."]
+        notes += _method_lines(frame, _label)
+        if note := _flag_note(frame):
+            notes.append(note)
+        parts += [_tex(n) + "\\\\" for n in notes] + [""]
+    if per_seed is not None and study is not None:
+        parts += ["% RACU (%) per seed", "\\begin{tabular}{llll" + "r" * len(study.seeds) + "}", "\\toprule",
+                  "Dataset & Model & Mode & Measure & " + " & ".join(f"seed {s}" for s in study.seeds) + " \\\\",
+                  "\\midrule"]
+        for dataset, model, mode, measure, cells in _seed_rows(per_seed, study):
+            parts.append(f"{dataset} & {model} & {mode} & {measure} & "
+                         + " & ".join("--" if c == "—" else c for c in cells) + " \\\\")
+        parts += ["\\bottomrule", "\\end{tabular}", "", _tex(SEED_TABLE_NOTE), ""]
     return "\n".join(parts)
 
 
+def _number(x: float) -> float | None:
+    return None if math.isnan(x) else round(float(x), 6)
+
+
 def racu_metrics(racu: pd.DataFrame) -> dict:
-    """Nested ``{dataset: {model: {mode: {measure: {mean, low, high}}}}}`` for ``dvc metrics``."""
+    """Nested ``{dataset: {model: {mode: {measure: {mean, low, high}}}}}`` for ``dvc metrics`` (null: no interval)."""
     tree: dict = {}
     for _, r in racu.iterrows():
         leaf = tree.setdefault(r["dataset"], {}).setdefault(r["model"], {}).setdefault(_mode(r["recursive"]), {})
-        leaf[r["measure"]] = {"racu_mean": round(float(r["racu_mean"]), 6), "racu_low": round(float(r["racu_low"]), 6),
-                              "racu_high": round(float(r["racu_high"]), 6), "n_seeds": int(r["n_seeds"])}
+        leaf[r["measure"]] = {"racu_mean": _number(r["racu_mean"]), "racu_low": _number(r["racu_low"]),
+                              "racu_high": _number(r["racu_high"]), "n_seeds": int(r["n_seeds"])}
     return tree
 
 
@@ -151,9 +369,37 @@ def write_plot_data(curves: pd.DataFrame, out: Path) -> None:
         write_text_atomic(path, _csv(frame[["k", "mean", "low", "high"]].sort_values("k")))
 
 
-def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], figures: list[Path], commit: str) -> str:
-    """The human report: settings, seeds, commit, tables, figures, and where each number comes from."""
+def statistics_text() -> list[str]:
+    """The README's account of RACU and its interval."""
+    return [
+        "RACU (relative area between curves) of one seed = area(random − measure) / area(random − random at the "
+        "last point), by the trapezoid rule over the masking ratios, against the random curve of the **same seed**. "
+        "100 % = as faithful as possible, 0 = no better than random, < 0 = worse than random. The per-seed value "
+        "can leave [−100, 100] %: above 100 % when the measure's curve falls below the random curve's all-masked "
+        "point, below −100 % when it runs far above the random curve. The paper clips each seed to [−100, 100] %; "
+        "the per-seed table shows that clipped value (the unclipped one in parentheses where they differ).",
+        "",
+        "The **mean is over the unclipped per-seed values** (clipping before averaging biases the mean towards 0), "
+        "so a mean may lie outside [−100, 100] %. Its 95 % interval is chosen by the number of seeds n with a RACU, "
+        "and named under each table and in the `interval` column of `racu.csv` and `curves.csv`:",
+        "",
+        "* n = 1: no interval;",
+        "* all n values equal: the interval collapses to the mean;",
+        f"* 2 ≤ n < {MIN_BOOTSTRAP_VALUES}: Student-t interval, mean ± t(0.975, n − 1) · s / √n (s the sample "
+        "standard deviation), which assumes roughly normal per-seed values (a bootstrap of so few values has too "
+        "few distinct resamples to give a 95 % interval);",
+        f"* n ≥ {MIN_BOOTSTRAP_VALUES}: BCa bootstrap of the mean, {BOOTSTRAP_RESAMPLES:,} resamples, fixed RNG; "
+        "if BCa yields no bounds, the percentile bootstrap, named as such.",
+        "",
+        f"Results over fewer than {FEW_SEEDS} seeds carry {FLAG}: their interval is wide and only indicative.",
+    ]
+
+
+def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], figures: list[Path], commit: str,
+                  excluded: list[dict] | None = None) -> str:
+    """The human report: settings, seeds, commit, tables, figures, what was left out, where each number comes from."""
     points = tables["points"]
+    per_seed = tables.get("racu_seeds", pd.DataFrame(columns=RACU_SEED_COLUMNS))
     lines = [f"# Report: {study.name}", "",
              f"Generated by `roar report` at git commit `{commit or 'unknown'}` from the per-point results under "
              "`results/` (one JSON per curve point, written by the chain stages beside their outputs' content hashes).",
@@ -164,39 +410,51 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
              f"* seeds: {', '.join(map(str, study.seeds))} ({len(study.seeds)}); strategy: {study.strategy}; "
              f"steps: 0, {', '.join(map(str, study.steps))}" + (f", {study.end_k}" if study.end_k else ""),
              f"* curve points: {len(points)} (`points.csv`), metric: {', '.join(sorted(points['metric'].unique()))}",
-             "", "## Faithfulness (RACU)", "",
-             "RACU = area(random - measure) / area(random - random at 100 %), per seed against the random curve of "
-             "the same seed, clipped to [-1, 1]; mean over seeds with a 95 % BCa bootstrap interval "
-             "(9,999 resamples, fixed RNG). 100 % = as faithful as possible, 0 = no better than random.", "",
-             racu_markdown(tables["racu"]), "## Performance curves", ""]
+             "", "## Faithfulness (RACU)", "", *statistics_text(), "",
+             racu_markdown(tables["racu"]), racu_seeds_markdown(per_seed, study),
+             "## Left out", "", excluded_markdown(excluded or []), "## Performance curves", "",
+             "Mean over the seeds present at each point with its 95 % interval (same rule as above; "
+             "`curves.csv` gives n and the method per point)."]
+    lines.append("")
     for path in figures:
         if path.suffix == ".png":
             lines += [f"![{path.stem}](figures/{path.name})", ""]
     lines += ["## Files", "",
               "* `points.csv`: one row per curve point and seed (the numbers every other file is computed from)",
-              "* `curves.csv`: mean and 95 % CI over seeds per point; `racu.csv`: RACU per chain (fractions)",
+              "* `curves.csv`: mean and 95 % interval over seeds per point (`interval` names the method)",
+              "* `racu_seeds.csv`: RACU of every seed, clipped (`racu`) and unclipped (`racu_unclipped`), fractions",
+              "* `racu.csv`: RACU per chain (fractions): mean of the unclipped per-seed values, interval bounds, "
+              "number of seeds, interval method",
+              "* `excluded.csv`: every seed or measure left out of the RACU, with the reason",
               "* `racu.md`, `racu.tex`: the RACU tables; `figures/`: PNG and PDF figures",
               "* `roar audit DATASET MODEL MEASURE SEED K` prints the data and model versions behind any point", ""]
     return "\n".join(lines)
 
 
 def write_report(params: dict, results: Path, out: Path, commit: str = "") -> dict[str, pd.DataFrame]:
-    """Write the tables, figures, DVC metrics/plots data and ``README.md`` under ``out`` (atomically)."""
-    import json
+    """Write the tables, figures, DVC metrics/plots data and ``README.md`` under ``out`` (atomically).
 
+    Every seed or measure left out of the RACU is written to ``excluded.csv``, warned about on
+    stderr and listed in the README. Returns the tables by name (``points``, ``curves``,
+    ``racu_seeds``, ``racu``, ``excluded``).
+    """
     from roar.figures import curve_figures, racu_figure
 
     study = study_from_params(params)
     points = collect_points(read_records(results), study)
     if points.empty:
         raise ValueError(f"no results of study {study.name!r} under {results}")
-    tables = {"points": points, "curves": summarise_curves(points), "racu": summarise_racu(racu_per_seed(points))}
+    per_seed, excluded = racu_per_seed(points, study)
+    warn_excluded(excluded)
+    tables = {"points": points, "curves": summarise_curves(points), "racu_seeds": per_seed,
+              "racu": summarise_racu(per_seed), "excluded": excluded_frame(excluded)}
     for name, frame in tables.items():
         write_text_atomic(out / f"{name}.csv", _csv(frame))
-    write_text_atomic(out / "racu.md", racu_markdown(tables["racu"]))
-    write_text_atomic(out / "racu.tex", racu_tex(tables["racu"]))
+    write_text_atomic(out / "racu.md", "\n".join([racu_markdown(tables["racu"]), racu_seeds_markdown(per_seed, study),
+                                                 "### Left out\n", excluded_markdown(excluded)]))
+    write_text_atomic(out / "racu.tex", racu_tex(tables["racu"], per_seed, study))
     write_text_atomic(out / "racu.json", json.dumps(racu_metrics(tables["racu"]), indent=2, sort_keys=True) + "\n")
     write_plot_data(tables["curves"], out)
     figures = curve_figures(tables["curves"], out / "figures") + racu_figure(tables["racu"], out / "figures")
-    write_text_atomic(out / "README.md", report_readme(study, params, tables, figures, commit))
+    write_text_atomic(out / "README.md", report_readme(study, params, tables, figures, commit, excluded))
     return tables

@@ -85,7 +85,7 @@ def test_outputs_and_lock(project: Path) -> None:
     assert points[0] == "dataset,model,measure,recursive,strategy,seed,k,metric,value"
     assert len(points) == 1 + 2 * 2 * 4  # 2 measures x 2 seeds x (k0, 40, 70, 100)
     racu = (project / "reports/racu.csv").read_text().splitlines()
-    assert racu[0] == "dataset,model,measure,recursive,strategy,racu_mean,racu_low,racu_high,n_seeds"
+    assert racu[0] == "dataset,model,measure,recursive,strategy,racu_mean,racu_low,racu_high,n_seeds,interval"
     assert len(racu) == 2 and racu[1].startswith("babi-1,bilstm-attention,attention,True,quantile,")
 
 

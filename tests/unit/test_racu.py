@@ -1,4 +1,4 @@
-"""RACU on hand-computed trapezoid areas, and the bootstrap mean/CI over seeds."""
+"""RACU on hand-computed trapezoid areas (clipped and unclipped), and the interval of the mean over seeds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from roar.racu import mean_ci, racu
+from roar.racu import BOOTSTRAP_RESAMPLES, mean_interval, racu, racu_seed
 
 
 def test_hand_computed_half():
@@ -80,31 +80,83 @@ def test_bad_shapes_raise(k, p, b):
         racu(k, p, b)
 
 
-def test_mean_ci_mean_and_interval():
-    values = np.array([0.1, 0.3, 0.2, 0.5, 0.4, 0.35, 0.15])
-    result = mean_ci(values)
+def test_unclipped_above_one_when_the_measure_falls_below_the_random_end_point():
+    k = [0, 50, 100]
+    b = [1.0, 0.9, 0.8]  # b - b_I = [.2, .1, 0] -> (.2+.1)/2*50 + (.1+0)/2*50 = 7.5 + 2.5 = 10
+    p = [1.0, 0.7, 0.7]  # 0.7 < b_I = 0.8; b - p = [0, .2, .1] -> (0+.2)/2*50 + (.2+.1)/2*50 = 5 + 7.5 = 12.5
+    value = racu_seed(k, p, b)
+    assert value.unclipped == pytest.approx(1.25)
+    assert value.racu == 1.0 and racu(k, p, b) == 1.0
+    # inside [-1, 1] both agree
+    both = racu_seed([0, 50, 100], [1, 0, 0], [1, 0.5, 0])
+    assert both.racu == both.unclipped == pytest.approx(0.5)
+    # far above the random curve: unclipped -> (0 - .9)/2*50 + (-.9 - 1)/2*50 = -22.5 - 47.5 = -70 -> -7
+    assert racu_seed(k, [1.0, 1.8, 1.8], b) == pytest.approx((-1.0, -7.0))
+    assert all(math.isnan(v) for v in racu_seed([0, 50, 100], [1.0, 0.2, 0.5], [0.5, 0.5, 0.5]))
+
+
+def test_t_interval_by_hand():
+    # mean .3; deviations -.2, -.1, .3 -> s^2 = (.04 + .01 + .09) / 2 = .07; s/sqrt(3) = sqrt(.07/3)
+    # t_{0.975, 2} = 4.302653 -> half width 4.302653 * 0.1527525 = 0.6572411
+    result = mean_interval(np.array([0.1, 0.2, 0.6]))
+    half = 4.302653 * math.sqrt(0.07 / 3)
+    assert result.mean == pytest.approx(0.3)
+    assert result.low == pytest.approx(0.3 - half, abs=1e-6) and result.high == pytest.approx(0.3 + half, abs=1e-6)
+    assert result.low == pytest.approx(-0.357241, abs=1e-6) and result.high == pytest.approx(0.957241, abs=1e-6)
+    assert result.n == 3 and result.method == "student-t 95% (df=2)"
+
+
+def test_t_interval_two_values():
+    # [.4, .6]: s = sqrt(.02) = .141421; t_{0.975, 1} = 12.706205 -> half 12.706205 * .141421 / sqrt(2) = 1.2706205
+    result = mean_interval(np.array([0.4, 0.6]))
+    assert (result.low, result.high) == pytest.approx((0.5 - 1.2706205, 0.5 + 1.2706205), abs=1e-6)
+    assert result.method == "student-t 95% (df=1)"
+
+
+def test_bca_from_ten_values_deterministic():
+    values = np.array([0.1, 0.3, 0.2, 0.5, 0.4, 0.35, 0.15, 0.6, 0.25, 0.45])
+    result = mean_interval(values)
+    assert result.method == f"bca bootstrap 95% ({BOOTSTRAP_RESAMPLES} resamples)" and result.n == 10
     assert result.mean == pytest.approx(values.mean())
-    assert result.n == 7
-    assert result.low < result.mean < result.high
-    assert values.min() <= result.low and result.high <= values.max()
-    # a 95 % interval of the mean is narrower than the data range but not degenerate
-    assert 0 < result.high - result.low < np.ptp(values)
+    assert values.min() < result.low < result.mean < result.high < values.max()
+    assert mean_interval(values.copy()) == result
+    # nine values are still a t-interval
+    assert mean_interval(values[:9]).method == "student-t 95% (df=8)"
 
 
-def test_mean_ci_is_deterministic():
-    values = np.array([0.61, 0.42, 0.55, 0.7, 0.38])
-    first, second = mean_ci(values), mean_ci(values.copy())
-    assert first == second
+def test_percentile_bootstrap_when_bca_fails(monkeypatch):
+    import scipy.stats
+
+    real = scipy.stats.bootstrap
+
+    def bca_fails(*args, method, **kwargs):
+        result = real(*args, method=method, **kwargs)
+        if method == "BCa":
+            result.confidence_interval = type(result.confidence_interval)(float("nan"), float("nan"))
+        return result
+
+    monkeypatch.setattr(scipy.stats, "bootstrap", bca_fails)
+    values = np.linspace(0.1, 0.9, 12)
+    result = mean_interval(values)
+    assert result.method == f"percentile bootstrap 95% ({BOOTSTRAP_RESAMPLES} resamples; BCa gave no bounds)"
+    assert values.min() < result.low < result.mean < result.high < values.max()
+    assert (result.low, result.high) != (values.min(), values.max())  # no min/max fallback
 
 
-def test_mean_ci_single_value_and_constant_values_collapse():
-    assert tuple(mean_ci(np.array([0.25]))) == (0.25, 0.25, 0.25, 1)
-    mean, low, high, n = mean_ci(np.array([0.4, 0.4, 0.4]))
-    assert n == 3 and mean == pytest.approx(0.4) and low == mean and high == mean
+def test_one_value_has_no_interval():
+    result = mean_interval(np.array([0.25]))
+    assert result.mean == 0.25 and result.n == 1 and result.method == "none (1 seed)"
+    assert math.isnan(result.low) and math.isnan(result.high)
 
 
-def test_mean_ci_ignores_nan_and_handles_empty():
-    result = mean_ci(np.array([0.2, np.nan, 0.4]))
-    assert result.n == 2 and result.mean == pytest.approx(0.3)
-    empty = mean_ci(np.array([np.nan]))
-    assert empty.n == 0 and math.isnan(empty.mean)
+def test_zero_spread_collapses_and_says_so():
+    result = mean_interval(np.array([0.4, 0.4, 0.4]))
+    assert result.n == 3 and result.mean == pytest.approx(0.4) and result.low == result.mean == result.high
+    assert result.method == "none (zero spread over 3 seeds: interval = mean)"
+
+
+def test_mean_interval_ignores_nan_and_handles_empty():
+    result = mean_interval(np.array([0.2, np.nan, 0.4]))
+    assert result.n == 2 and result.mean == pytest.approx(0.3) and result.method == "student-t 95% (df=1)"
+    empty = mean_interval(np.array([np.nan]))
+    assert empty.n == 0 and math.isnan(empty.mean) and empty.method == "none (no seeds)"

@@ -1,0 +1,209 @@
+"""The report's statistics on a small synthetic study, every number checked by hand.
+
+Study: babi-1 / bilstm-attention, measures attention, gradient, input-x-gradient (no results at
+all) and random; seeds 0-4; quantile steps 25, 50, 75 (curve points k = 0, 25, 50, 75, 100).
+
+* seeds 0-2: random b = [1, .875, .75, .625, .5]; b - b_I = [.5, .375, .25, .125, 0]
+  -> area 25 * (.5/2 + .375 + .25 + .125) = 25. A measure curve shares k = 0 (1.0) and k = 100
+  (0.5) with it, so area(b - p) = 25 * (d25 + d50 + d75) and RACU = d25 + d50 + d75.
+* seed 3: random curve flat at .6 -> encloses no area, RACU undefined for every measure.
+* seed 4: attention ran, gradient and random did not.
+* gradient seed 2 lacks its k = 75 point (incomplete curve).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from roar.report import write_report
+
+KS = [0, 25, 50, 75, 100]
+RANDOM = [1.0, 0.875, 0.75, 0.625, 0.5]
+CURVES = {  # measure -> seed -> values at k = 25, 50, 75 (None: point missing)
+    "random": {0: RANDOM[1:4], 1: RANDOM[1:4], 2: RANDOM[1:4], 3: [0.6, 0.6, 0.6]},
+    # d = b - p: seed 0 .3+.3+.2 = .8; seed 1 .4+.3+.3 = 1.0; seed 2 .4+.4+.4 = 1.2 (-> clipped 1.0)
+    "attention": {0: [0.575, 0.45, 0.425], 1: [0.475, 0.45, 0.325], 2: [0.475, 0.35, 0.225],
+                  3: [0.3, 0.3, 0.3], 4: [0.5, 0.5, 0.5]},
+    # seed 0 .2+.1+.1 = .4; seed 1 .2+.2+.2 = .6; seed 2 incomplete
+    "gradient": {0: [0.675, 0.65, 0.525], 1: [0.675, 0.55, 0.425], 2: [0.675, 0.55, None], 3: [0.3, 0.3, 0.3]},
+}
+SHARED = {0: (1.0, 0.5), 1: (1.0, 0.5), 2: (1.0, 0.5), 3: (0.6, 0.6), 4: (1.0, 0.5)}  # seed -> (k0, k100)
+T_975 = {1: 12.706205, 2: 4.302653}  # Student-t quantiles by degrees of freedom
+
+
+def params() -> dict:
+    return {"study": {"name": "synthetic", "datasets": ["babi-1"], "models": ["bilstm-attention"],
+                      "measures": ["random", "attention", "gradient", "input-x-gradient"], "roar_measures": [],
+                      "seeds": [0, 1, 2, 3, 4], "strategy": "quantile", "steps": [25, 50, 75]}}
+
+
+def record(measure: str, seed: int, k: int, value: float) -> dict:
+    return {"dataset": "babi-1", "model": "bilstm-attention", "measure": measure, "recursive": True,
+            "strategy": "quantile", "seed": seed, "k": k, "metric": "accuracy", "value": value}
+
+
+def write_results(root: Path) -> Path:
+    results = root / "results"
+    for seed, (k0, k100) in SHARED.items():
+        for k, value in ((0, k0), (100, k100)):
+            path = results / "babi-1/bilstm-attention/all" / f"s{seed}-k{k}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record("shared", seed, k, value)))
+    for measure, seeds in CURVES.items():
+        for seed, values in seeds.items():
+            for k, value in zip(KS[1:4], values):
+                if value is not None:
+                    path = results / f"babi-1/bilstm-attention/{measure}/recursive/s{seed}/k{k}.json"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(json.dumps(record(measure, seed, k, value)))
+    return results
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    out = root / "reports"
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        tables = write_report(params(), write_results(root), out, "abc123")
+    return out, tables, stderr.getvalue()
+
+
+def rows(path: Path) -> list[dict]:
+    return list(csv.DictReader(path.open()))
+
+
+def test_racu_seeds_csv_by_hand(report):
+    out, _, _ = report
+    lines = (out / "racu_seeds.csv").read_text().splitlines()
+    assert lines[0] == "dataset,model,measure,recursive,strategy,curve,seed,racu,racu_unclipped"
+    got = [(r["measure"], int(r["seed"]), float(r["racu"]), float(r["racu_unclipped"]))
+           for r in rows(out / "racu_seeds.csv")]
+    expected = [("attention", 0, 0.8, 0.8), ("attention", 1, 1.0, 1.0),
+                ("attention", 2, 1.0, 1.2),  # clipped at 1, unclipped 1.2
+                ("gradient", 0, 0.4, 0.4), ("gradient", 1, 0.6, 0.6)]
+    assert [g[:2] for g in got] == [e[:2] for e in expected]
+    assert [g[2:] for g in got] == [pytest.approx(e[2:], abs=1e-6) for e in expected]
+    assert {r["curve"] for r in rows(out / "racu_seeds.csv")} == {"retrained"}
+
+
+def test_racu_csv_mean_of_unclipped_with_t_interval(report):
+    out, _, _ = report
+    lines = (out / "racu.csv").read_text().splitlines()
+    assert lines[0] == "dataset,model,measure,recursive,strategy,racu_mean,racu_low,racu_high,n_seeds,interval"
+    table = {r["measure"]: r for r in rows(out / "racu.csv")}
+    assert set(table) == {"attention", "gradient"}  # input-x-gradient has no seed
+    # attention: unclipped [.8, 1, 1.2] -> mean 1.0 (the clipped mean would be .933), s = .2
+    attention = table["attention"]
+    half = T_975[2] * 0.2 / math.sqrt(3)  # = 0.496828
+    assert float(attention["racu_mean"]) == pytest.approx(1.0, abs=1e-6)
+    assert float(attention["racu_low"]) == pytest.approx(1.0 - half, abs=1e-6)
+    assert float(attention["racu_high"]) == pytest.approx(1.0 + half, abs=1e-6)
+    assert attention["n_seeds"] == "3" and attention["interval"] == "student-t 95% (df=2)"
+    # gradient: [.4, .6] -> mean .5, s = sqrt(.02), half = 12.706205 * sqrt(.02) / sqrt(2) = 1.2706205
+    gradient = table["gradient"]
+    assert float(gradient["racu_mean"]) == pytest.approx(0.5, abs=1e-6)
+    assert float(gradient["racu_low"]) == pytest.approx(0.5 - 1.2706205, abs=1e-6)
+    assert float(gradient["racu_high"]) == pytest.approx(0.5 + 1.2706205, abs=1e-6)
+    assert gradient["n_seeds"] == "2" and gradient["interval"] == "student-t 95% (df=1)"
+    metrics = json.loads((out / "racu.json").read_text())
+    assert metrics["babi-1"]["bilstm-attention"]["recursive"]["attention"]["racu_mean"] == pytest.approx(1.0)
+
+
+EXCLUDED = [
+    ("attention", "3", "random curve encloses no area (RACU undefined)"),
+    ("attention", "4", "no random chain of this seed (RACU compares with the same seed's random curve)"),
+    ("gradient", "2", "incomplete curve: missing k 75"),
+    ("gradient", "3", "random curve encloses no area (RACU undefined)"),
+    ("gradient", "4", "no results for this seed (chain not run or its results missing); "
+                      "no random chain of this seed (RACU compares with the same seed's random curve)"),
+    *[("input-x-gradient", str(s), "no results for this seed (chain not run or its results missing)")
+      for s in (0, 1, 2, 3)],
+    ("input-x-gradient", "4", "no results for this seed (chain not run or its results missing); "
+                              "no random chain of this seed (RACU compares with the same seed's random curve)"),
+    ("input-x-gradient", "", "no seed has a RACU: measure left out of racu.csv"),
+]
+
+
+def test_excluded_csv_names_every_seed_left_out(report):
+    out, tables, _ = report
+    lines = (out / "excluded.csv").read_text().splitlines()
+    assert lines[0] == "dataset,model,measure,recursive,strategy,seed,reason"
+    got = [(r["measure"], r["seed"], r["reason"]) for r in rows(out / "excluded.csv")]
+    assert got == EXCLUDED
+    assert all(r["dataset"] == "babi-1" and r["recursive"] == "True" for r in rows(out / "excluded.csv"))
+    assert len(tables["excluded"]) == len(EXCLUDED)
+
+
+def test_warnings_on_stderr(report):
+    _, _, stderr = report
+    lines = stderr.splitlines()
+    assert "warning: left out babi-1/bilstm-attention/attention/recursive seed 3: random curve encloses no area " \
+           "(RACU undefined)" in lines
+    assert ("warning: left out babi-1/bilstm-attention/gradient/recursive seed 2: incomplete curve: missing k 75"
+            in lines)
+    assert "warning: left out babi-1/bilstm-attention/input-x-gradient/recursive: no seed has a RACU: measure left " \
+           "out of racu.csv" in lines
+    assert len([line for line in lines if line.startswith("warning: left out ")]) == len(EXCLUDED)
+
+
+def test_human_tables_flag_few_seeds_and_show_per_seed_values(report):
+    out, _, _ = report
+    md = (out / "racu.md").read_text()
+    assert "| babi-1 | attention | 100.0 [50.3, 149.7] (n=3)† |" in md
+    assert "| babi-1 | gradient | 50.0 [-77.1, 177.1] (n=2)† |" in md
+    assert "† fewer than 5 seeds: interval is a t-interval over 2, 3 seeds and is wide/indicative." in md
+    assert "Interval of babi-1/bilstm-attention/gradient: student-t 95% (df=1): mean ± t·s/√n over the seeds; " \
+           "assumes roughly normal per-seed values." in md
+    # per seed: clipped, the unclipped value in parentheses where it differs; — where left out
+    assert "| babi-1 | bilstm-attention | recursive | attention | 80.0 | 100.0 | 100.0 (120.0) | — | — |" in md
+    assert "| babi-1 | bilstm-attention | recursive | gradient | 40.0 | 60.0 | — | — | — |" in md
+    assert "| babi-1 | bilstm-attention | recursive | input-x-gradient | — | — | — | — | — |" in md
+    tex = (out / "racu.tex").read_text()
+    assert "babi-1 & attention & $100.0\\,[50.3, 149.7]^{\\dagger}$ \\\\" in tex
+    assert "†" not in tex and "±" not in tex
+    readme = (out / "README.md").read_text()
+    assert "## Left out" in readme
+    assert "* babi-1/bilstm-attention/gradient/recursive seed 2: incomplete curve: missing k 75" in readme
+    assert "mean is over the unclipped per-seed values" in readme and "Student-t interval" in readme
+    assert "100.0 (120.0)" in readme
+
+
+def test_curves_csv_names_its_interval(report):
+    out, _, _ = report
+    lines = (out / "curves.csv").read_text().splitlines()
+    assert lines[0] == "dataset,model,measure,recursive,strategy,k,metric,mean,low,high,n_seeds,interval"
+    curves = {(r["measure"], int(r["k"])): r for r in rows(out / "curves.csv")}
+    # gradient at k = 75: seeds 0, 1, 3 -> [.525, .425, .3], mean .416667
+    g75 = curves[("gradient", 75)]
+    assert g75["n_seeds"] == "3" and g75["interval"] == "student-t 95% (df=2)"
+    assert float(g75["mean"]) == pytest.approx((0.525 + 0.425 + 0.3) / 3, abs=1e-6)
+    # random at k = 25: seeds 0-3 -> [.875, .875, .875, .6]
+    assert curves[("random", 25)]["n_seeds"] == "4" and curves[("random", 25)]["interval"] == "student-t 95% (df=3)"
+
+
+def test_one_seed_and_many_seeds(tmp_path):
+    """One seed: no interval, flagged; the flag is gone from 5 seeds on."""
+    import pandas as pd
+
+    from roar.report import racu_markdown, summarise_racu
+
+    def per_seed(values):
+        return pd.DataFrame([{"dataset": "babi-1", "model": "bilstm-attention", "measure": "gradient",
+                              "recursive": True, "strategy": "quantile", "curve": "retrained", "seed": s,
+                              "racu": min(v, 1.0), "racu_unclipped": v} for s, v in enumerate(values)])
+
+    one = summarise_racu(per_seed([0.3]))
+    assert one.iloc[0]["interval"] == "none (1 seed)" and math.isnan(one.iloc[0]["racu_low"])
+    md = racu_markdown(one)
+    assert "| babi-1 | gradient | 30.0 (no interval) (n=1)† |" in md
+    assert "† fewer than 5 seeds: with 1 seed there is no interval." in md
+    five = racu_markdown(summarise_racu(per_seed([0.1, 0.2, 0.3, 0.4, 0.5])))
+    assert "(n=5) |" in five and "†" not in five
