@@ -1,7 +1,14 @@
-"""The ``roar`` command line: a thin typer layer over the library, heavy imports deferred."""
+"""The ``roar`` command line: a thin typer layer over the library, heavy imports deferred.
+
+Every command checks its arguments, ``params.yaml`` (against :mod:`roar.schema`) and the files
+it reads before any expensive work. Bad input is one line on stderr (``error: ...``, naming the
+key or file, what is wrong and what to do) and exit status 2, without a traceback;
+``roar --debug`` (or ``ROAR_DEBUG=1``) also prints the traceback.
+"""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import typer
@@ -11,108 +18,204 @@ app = typer.Typer(help="Recursive ROAR: how faithful are NLP importance measures
 
 PARAMS = typer.Option(Path("params.yaml"), "--params", help="Study and hyperparameters file.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show progress bars.")
+EXIT_BAD_INPUT = 2
+# Errors that mean bad input (params, arguments, files): one line and exit 2. RoarError is a
+# ValueError; corrupt-file errors of the libraries are turned into RoarError where files are read.
+USER_ERRORS = (ValueError, KeyError, OSError)
+
+_debug = False
 
 
-def _fail(error: Exception) -> None:
-    typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
+@app.callback()
+def main(debug: bool = typer.Option(False, "--debug", envvar="ROAR_DEBUG",
+                                    help="On errors, also print the traceback (or set ROAR_DEBUG=1).")) -> None:
+    """Recursive ROAR: how faithful are NLP importance measures?"""
+    global _debug
+    _debug = debug
 
 
-@app.command()
+def _message(error: BaseException) -> str:
+    from roar.errors import one_line
+
+    if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
+        text = error.args[0]  # str(KeyError) would quote it
+    else:
+        text = str(error)
+    return one_line(text) or type(error).__name__
+
+
+def _fail(error: BaseException, multiline: bool = False) -> None:
+    """Print ``error`` (one line unless ``multiline``) and exit 2; with --debug, the traceback first."""
+    if _debug:
+        import traceback
+
+        traceback.print_exception(error)
+    text = str(error).strip() if multiline else _message(error)
+    typer.secho(f"error: {text}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def command(*args, **kwargs):
+    """``app.command`` with the one error layer: bad input becomes one line and exit status 2."""
+    def register(function):
+        @functools.wraps(function)
+        def run(*a, **kw):
+            try:
+                return function(*a, **kw)
+            except USER_ERRORS as error:
+                _fail(error)
+        return app.command(*args, **kwargs)(run)
+    return register
+
+
+def _check_names(dataset: str | None = None, model: str | None = None, measure: str | None = None) -> None:
+    """One line for an unknown dataset, model or measure argument."""
+    from roar.errors import RoarError
+
+    if measure is not None:
+        from roar.importance import MEASURES
+
+        if measure not in MEASURES:
+            raise RoarError(f"unknown measure {measure!r}; allowed: {', '.join(MEASURES)}")
+    if dataset is not None:
+        from roar.data.prepare import dataset_spec
+
+        dataset_spec(dataset)
+    if model is not None:
+        from roar.training import MODELS
+
+        if model not in MODELS:
+            raise RoarError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
+
+
+def _load(params: Path) -> dict:
+    from roar.params import load_params
+
+    return load_params(params)
+
+
+def _needs_model(measure: str) -> bool:
+    """Whether ``measure`` explains a model (the k = 0 model at the first step)."""
+    import importlib
+
+    module = importlib.import_module(f"roar.importance.{measure.replace('-', '_')}")
+    return any(getattr(obj, "needs_model", False) for obj in vars(module).values()
+               if isinstance(obj, type) and obj.__module__ == module.__name__)
+
+
+@command()
 def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."),
             model: str = typer.Option("bilstm-attention", help="Model whose tokenisation to use."),
             params: Path = PARAMS) -> None:
     """Prepare DATASET for MODEL (tokenize, splits) and its all-masked (k = 100) copy."""
+    from roar.data.prepare import PrepareConfig, prepare as prepare_dataset
     from roar.masking import write_all_masked
-    from roar.data.prepare import PrepareConfig, dataset_spec, prepare as prepare_dataset
-    from roar.params import load_params, section
+    from roar.params import section
     from roar.paths import Layout
-    from roar.training import MODELS
 
-    try:
-        dataset_spec(dataset)
-        if model not in MODELS:
-            raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
-        loaded = load_params(params)
-        config = PrepareConfig(**section(loaded, "prepare", dataset))
-        checkpoint = (loaded.get("train", {}).get(model, {}).get(dataset) or {}).get("checkpoint")
-        layout = Layout()
-        summary = prepare_dataset(dataset, layout.prepared(dataset, model), config, model, checkpoint)
-        write_all_masked(layout.prepared(dataset, model), layout.all_masked(dataset, model))
-    except (ValueError, KeyError, FileNotFoundError, TypeError) as error:
-        _fail(error)
+    _check_names(dataset=dataset, model=model)
+    loaded = _load(params)
+    config = PrepareConfig(**section(loaded, "prepare", dataset))
+    checkpoint = (loaded["train"].get(model, {}).get(dataset) or {}).get("checkpoint")
+    if model != "bilstm-attention" and not checkpoint:
+        from roar.errors import RoarError
+
+        raise RoarError(f"{params}: missing key train.{model}.{dataset}.checkpoint; model {model} tokenizes with "
+                        "its checkpoint's tokenizer (a HF checkpoint name or a local folder)")
+    layout = Layout()
+    summary = prepare_dataset(dataset, layout.prepared(dataset, model), config, model, checkpoint)
+    write_all_masked(layout.prepared(dataset, model), layout.all_masked(dataset, model))
     typer.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
 
 
-@app.command("train-reference")
+@command("train-reference")
 def train_reference(dataset: str, model: str, seed: int, which: str = typer.Option(
         "k0", help="k0: unmasked data; all: every maskable token masked (k = 100)."),
         params: Path = PARAMS, progress: bool = PROGRESS) -> None:
     """Train the shared model of DATASET/MODEL/SEED at k = 0 or k = 100."""
-    from roar.chain import Runner
-    from roar.params import load_params
+    from roar.data.storage import check_dataset
+    from roar.errors import RoarError
+    from roar.params import section
+    from roar.paths import Layout
 
-    try:
-        if which not in ("k0", "all"):
-            raise ValueError(f"reference {which!r} unknown; allowed: k0, all")
-        record = Runner(load_params(params), progress=progress).run_reference(dataset, model, seed, which)
-    except (ValueError, KeyError, FileNotFoundError) as error:
-        _fail(error)
+    if which not in ("k0", "all"):
+        raise RoarError(f"reference {which!r} unknown; allowed: k0, all")
+    _check_names(dataset=dataset, model=model)
+    loaded = _load(params)
+    section(loaded, "train", model, dataset)
+    layout = Layout()
+    check_dataset(layout.prepared(dataset, model) if which == "k0" else layout.all_masked(dataset, model))
+
+    from roar.chain import Runner
+
+    record = Runner(loaded, progress=progress).run_reference(dataset, model, seed, which)
     typer.echo(f"{dataset} {model} seed={seed} {which}: test {record['metric']}={record['value']:.4f}")
 
 
-@app.command()
+@command()
 def chain(dataset: str, model: str, measure: str, seed: int,
           recursive: bool = typer.Option(True, "--recursive/--roar", help="Recursive ROAR or plain ROAR."),
           skip_unsupported: bool = typer.Option(False, help="Write a note instead of failing when the measure "
                                                 "is not defined for the model (the DVC grid uses this)."),
           params: Path = PARAMS, progress: bool = PROGRESS) -> None:
     """Run every ROAR step of one chain (importance -> mask -> train), resuming finished steps."""
-    from roar.chain import ChainSpec, Runner, write_unsupported
-    from roar.importance import MEASURES, check_supported
-    from roar.params import load_params
+    from roar.checks import check_model_folder
+    from roar.data.storage import check_dataset
+    from roar.importance import check_supported
+    from roar.params import section
     from roar.paths import Layout
 
-    spec = ChainSpec(dataset, model, measure, seed, recursive)
-    try:
-        if measure not in MEASURES:
-            raise ValueError(f"unknown measure {measure!r}; allowed: {', '.join(MEASURES)}")
-        if skip_unsupported:
-            try:
-                check_supported(measure, model)
-            except ValueError as reason:
-                write_unsupported(Layout(), spec, str(reason))
-                typer.echo(f"skipped: {reason}")
-                return
-        records = Runner(load_params(params), progress=progress).run_chain(spec)
-    except (ValueError, KeyError, FileNotFoundError) as error:
-        _fail(error)
+    _check_names(measure=measure, dataset=dataset, model=model)
+    loaded = _load(params)
+    if skip_unsupported:
+        try:
+            check_supported(measure, model)
+        except ValueError as reason:
+            from roar.chain import ChainSpec, write_unsupported
+
+            write_unsupported(Layout(), ChainSpec(dataset, model, measure, seed, recursive), str(reason))
+            typer.echo(f"skipped: {reason}")
+            return
+    check_supported(measure, model)
+    section(loaded, "train", model, dataset)
+    layout = Layout()
+    check_dataset(layout.prepared(dataset, model))
+    k0_model = layout.shared_model(dataset, model, "k0", seed)
+    if k0_model.exists():
+        check_model_folder(k0_model)
+    elif _needs_model(measure):
+        raise FileNotFoundError(f"k = 0 model {k0_model} not found; train it first: `roar train-reference "
+                                f"{dataset} {model} {seed}` (or `dvc repro`)")
+
+    from roar.chain import ChainSpec, Runner
+
+    records = Runner(loaded, progress=progress).run_chain(ChainSpec(dataset, model, measure, seed, recursive))
     for r in records:
         typer.echo(f"k={r['k']:>3} {r['metric']}={r['value']:.4f}")
 
 
-@app.command()
+@command()
 def report(params: Path = PARAMS, results: Path = typer.Option(Path("results"), help="Per-point results folder."),
            out: Path = typer.Option(Path("reports"), help="Report folder."),
            track: bool = typer.Option(True, "--track/--no-track", help="Log a `report` run to MLflow.")) -> None:
     """Write the report: points/curves/racu tables, RACU table (md, tex), figures, README.md."""
-    from roar.params import load_params
+    loaded = _load(params)
+    if not results.is_dir():
+        raise FileNotFoundError(f"results folder {results} not found; run the study first (`roar pipeline` or "
+                                "`dvc repro`), or pass --results FOLDER")
+
     from roar.report import write_report
     from roar.tracking import git_commit
 
-    try:
-        loaded = load_params(params)
-        tables = write_report(loaded, results, out, git_commit())
-        if track:
-            from roar.tracking import log_report
+    tables = write_report(loaded, results, out, git_commit())
+    if track:
+        from roar.tracking import log_report
 
-            log_report(loaded, out, tables["racu"])
-    except (ValueError, KeyError, FileNotFoundError) as error:
-        _fail(error)
+        log_report(loaded, out, tables["racu"])
     typer.echo(f"report written to {out}/")
 
 
-@app.command()
+@command()
 def audit(dataset: str, model: str, measure: str, seed: int, k: int,
           recursive: bool = typer.Option(True, "--recursive/--roar", help="Recursive ROAR or plain ROAR chain."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -122,11 +225,12 @@ def audit(dataset: str, model: str, measure: str, seed: int, k: int,
     import json
 
     from roar.audit import AuditError, audit_point, format_evidence
-    from roar.params import load_params
 
+    _check_names(measure=measure, dataset=dataset, model=model)
+    loaded = _load(params)
     try:
-        evidence = audit_point(Path("."), load_params(params), dataset, model, measure, seed, k, recursive)
-    except (AuditError, ValueError, KeyError, FileNotFoundError) as error:
+        evidence = audit_point(Path("."), loaded, dataset, model, measure, seed, k, recursive)
+    except AuditError as error:
         _fail(error)
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(e) for e in evidence], indent=2, sort_keys=True))
@@ -134,36 +238,59 @@ def audit(dataset: str, model: str, measure: str, seed: int, k: int,
         typer.echo(format_evidence(evidence))
 
 
-@app.command()
+@command()
+def validate(params: Path = PARAMS) -> None:
+    """Check PARAMS against the schema and that the data and model files the study would read are
+    readable where they exist; prints `<file>: ok (N stages)` or the one-line error."""
+    from roar.checks import check_outputs
+    from roar.schema import check_study, stage_count
+
+    loaded = _load(params)
+    check_outputs(loaded)
+    typer.echo(f"{params}: ok ({stage_count(check_study(loaded['study'], str(params)))} stages)")
+
+
+@command()
 def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once."),
              push: bool = typer.Option(True, "--push/--no-push", help="Push outputs to the DVC remote.")) -> None:
     """Run the whole study (dvc repro, chains in parallel), then push to the DVC remote."""
     import subprocess
     import time
 
+    _load(Path("params.yaml"))
+    if not Path("dvc.yaml").is_file():
+        raise FileNotFoundError("dvc.yaml not found; run `roar pipeline` from the project root")
+
     from roar.launch import run_pipeline
 
     start = time.perf_counter()
     try:
         run_pipeline(jobs=jobs, log=typer.echo)
-    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as error:
+    except RuntimeError as error:  # a stage failed: its output follows the first line
+        _fail(error, multiline=True)
+    except subprocess.CalledProcessError as error:
         _fail(error)
     typer.echo(f"[roar] pipeline finished in {time.perf_counter() - start:.0f} s")
     if push:
-        subprocess.run(["dvc", "push", "-q"], check=True)
+        done = subprocess.run(["dvc", "push", "-q"])
+        if done.returncode != 0:
+            _fail(RuntimeError(f"`dvc push` failed (exit {done.returncode}); check the DVC remote "
+                               "(`dvc remote list`), or run with --no-push"))
         typer.echo("[roar] outputs pushed to the DVC remote")
 
 
-@app.command("reproduce-report")
+@command("reproduce-report")
 def reproduce_report(remote: str = typer.Option(None, "--remote", "-r", help="DVC remote to pull from.")) -> None:
     """Pull only this commit's per-point results and re-run the report stage (then `git diff reports/`)."""
     import subprocess
+
+    _load(Path("params.yaml"))
 
     from roar.launch import reproduce_report as run
 
     try:
         run(remote=remote)
-    except (FileNotFoundError, subprocess.CalledProcessError) as error:
+    except subprocess.CalledProcessError as error:
         _fail(error)
     typer.echo("report reproduced; `git diff --stat reports/` shows any difference from the commit")
 

@@ -43,8 +43,24 @@ def target_masked(n_maskable: np.ndarray, k: int, strategy: str) -> np.ndarray:
     return np.minimum(k, n_maskable)
 
 
+def check_finite(importance: np.ndarray, candidates: np.ndarray, measure: str = "") -> None:
+    """Refuse NaN or +-inf importance at the positions that may be masked (NaN would sort below
+    -inf and silently under-mask); values elsewhere (padding, specials) are ignored."""
+    bad = candidates & ~np.isfinite(importance)
+    if not bad.any():
+        return
+    n_nan = int((candidates & np.isnan(importance)).sum())
+    rows, cols = np.nonzero(bad)
+    who = f"importance measure {measure!r}" if measure else "the importance measure"
+    raise ValueError(f"{who} produced {int(bad.sum())} non-finite value(s) ({n_nan} NaN, {int(bad.sum()) - n_nan} "
+                     f"inf) at maskable positions of {len(set(rows.tolist()))} example(s) (first: row {rows[0]}, "
+                     f"position {cols[0]}); masking by them would be arbitrary: check the model it explains "
+                     "(diverged training?) and the measure")
+
+
 def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, k: int, strategy: str,
-               mask_id: int = MASK_ID, unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> np.ndarray:
+               mask_id: int = MASK_ID, unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS,
+               measure: str = "") -> np.ndarray:
     """Mask the most important unmasked tokens until ``k`` is reached.
 
     Args:
@@ -53,9 +69,13 @@ def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, 
         importance: ``[N, L]`` scores, higher = more important (values off the candidates ignored).
         k: percent (quantile) or tokens (count).
         strategy: ``quantile`` or ``count``.
+        measure: the measure's name, for the error message.
 
     Returns:
         ``[N, L]`` new ids; the input is not modified.
+
+    Raises:
+        ValueError: ``importance`` holds NaN or +-inf at a position that may be masked.
     """
     if importance.shape != tokens.shape:
         raise ValueError(f"importance shape {importance.shape} differs from tokens shape {tokens.shape}")
@@ -63,7 +83,9 @@ def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, 
     already = maskable & (tokens == mask_id)
     to_mask = np.maximum(target_masked(maskable.sum(1), k, strategy) - already.sum(1), 0)
     candidates = maskable & ~already
-    scores = np.where(candidates, importance.astype(np.float64), -np.inf)
+    importance = np.asarray(importance, dtype=np.float64)
+    check_finite(importance, candidates, measure)
+    scores = np.where(candidates, importance, -np.inf)
     order = np.argsort(-scores, axis=1, kind="stable")  # descending, earlier position first on ties
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(tokens.shape[1])[None, :].repeat(len(tokens), 0), axis=1)
@@ -72,9 +94,10 @@ def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, 
 
 
 def mask_split(split: Split, importance: np.ndarray, k: int, strategy: str, mask_id: int = MASK_ID,
-               unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> Split:
+               unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS, measure: str = "") -> Split:
     """The split with its first sequence masked up to ``k`` by ``importance``."""
-    return split.with_tokens(mask_top_k(split.tokens, split.lengths, importance, k, strategy, mask_id, unmaskable_ids))
+    return split.with_tokens(mask_top_k(split.tokens, split.lengths, importance, k, strategy, mask_id, unmaskable_ids,
+                                        measure))
 
 
 def masked_fraction(split: Split, mask_id: int = MASK_ID, unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> float:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from roar.importance import MEASURES
-from roar.masking import STRATEGIES, check_k
+from roar.errors import RoarError
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -31,36 +30,32 @@ class Study:
 
 
 def load_params(path: Path = DEFAULT_PARAMS) -> dict:
-    import yaml
+    """``path`` read and checked against the schema (:mod:`roar.schema`); a bad file raises one line
+    (:class:`~roar.errors.RoarError`, a ``ValueError``; ``FileNotFoundError`` for a missing file)."""
+    from roar.schema import check_params, parse_params
 
-    if not path.is_file():
-        raise FileNotFoundError(f"params file {path} not found")
-    return yaml.safe_load(path.read_text())
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"params file {path} not found; run from the project root or pass --params FILE")
+    if path.is_dir():
+        raise RoarError(f"params file {path} is a folder; pass a YAML file with --params FILE")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise RoarError(f"{path}: not UTF-8 text (byte {error.start}); save it as UTF-8 YAML") from error
+    return check_params(parse_params(text, str(path)), str(path))
 
 
-def study_from_params(params: dict) -> Study:
-    """The study section, checked: unknown names and bad steps fail with one line."""
-    from roar.data.prepare import DATASETS
-    from roar.training import MODELS
+def study_from_params(params: dict, where: str = "params.yaml") -> Study:
+    """The study section, checked against the schema: unknown names and bad steps fail with one line."""
+    from roar.schema import check_study
 
-    s = params["study"]
-    study = Study(name=s["name"], datasets=list(s["datasets"]), models=list(s["models"]),
-                  measures=list(s["measures"]), roar_measures=list(s.get("roar_measures") or []),
-                  seeds=[int(x) for x in s["seeds"]], strategy=s["strategy"], steps=[int(k) for k in s["steps"]])
-    for kind, names, allowed in (("dataset", study.datasets, DATASETS), ("model", study.models, MODELS),
-                                 ("measure", study.measures + study.roar_measures, MEASURES)):
-        for name in names:
-            if name not in allowed:
-                raise ValueError(f"unknown {kind} {name!r} in params study; allowed: {', '.join(allowed)}")
-    if study.strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {study.strategy!r}; allowed: {', '.join(STRATEGIES)}")
-    if not study.steps or study.steps != sorted(set(study.steps)) or study.steps[0] <= 0:
-        raise ValueError(f"study steps {study.steps} must be increasing and > 0")
-    for k in study.steps:
-        check_k(k, study.strategy)
-    if study.end_k is not None and study.steps[-1] >= study.end_k:
-        raise ValueError(f"quantile steps {study.steps} must stay below 100: k = 100 is the shared all-masked point")
-    return study
+    if not isinstance(params, dict) or "study" not in params:
+        raise RoarError(f"{where}: missing section study; required sections: study, prepare, train, importance")
+    s = check_study(params["study"], where)
+    return Study(name=s["name"], datasets=list(s["datasets"]), models=list(s["models"]),
+                 measures=list(s["measures"]), roar_measures=list(s["roar_measures"]), seeds=list(s["seeds"]),
+                 strategy=s["strategy"], steps=list(s["steps"]))
 
 
 def section(params: dict, *keys: str) -> dict:
@@ -68,6 +63,6 @@ def section(params: dict, *keys: str) -> dict:
     node = params
     for i, key in enumerate(keys):
         if not isinstance(node, dict) or key not in node:
-            raise KeyError(f"params.yaml has no {'.'.join(keys[: i + 1])}")
+            raise KeyError(f"params.yaml: missing key {'.'.join(keys[: i + 1])}; add it to params.yaml")
         node = node[key]
     return node or {}

@@ -262,14 +262,32 @@ def save_model(folder: Path, model: torch.nn.Module, config: TrainConfig, meta: 
 
 
 def load_model(folder: Path) -> torch.nn.Module:
-    """Rebuild a model saved by :func:`save_model` (safetensors: no pickled code is loaded)."""
+    """Rebuild a model saved by :func:`save_model` (safetensors: no pickled code is loaded).
+
+    Raises:
+        FileNotFoundError: the folder, ``model.safetensors`` or ``config.json`` is missing.
+        roar.errors.RoarError: a file is empty, corrupt, or does not fit the saved architecture;
+            one line naming the file and the stage to re-run.
+    """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    if not (folder / "model.safetensors").is_file():
-        raise FileNotFoundError(f"{folder} holds no trained model (model.safetensors missing)")
-    saved = json.loads((folder / "config.json").read_text())
-    model = build_model(DatasetMeta(**saved["meta"]), saved["vocab_size"], TrainConfig(**saved["train"]),
-                        saved.get("hf_config"))
-    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    from roar.checks import REDO_MODEL, check_model_folder
+    from roar.errors import RoarError, shorten
+
+    folder = Path(folder)
+    saved = check_model_folder(folder)
+    try:
+        model = build_model(DatasetMeta(**saved["meta"]), saved["vocab_size"], TrainConfig(**saved["train"]),
+                            saved.get("hf_config"))
+    except (TypeError, ValueError, KeyError) as error:
+        raise RoarError(f"{folder / 'config.json'} does not describe a model this code builds "
+                        f"({shorten(str(error))}); {REDO_MODEL}") from error
+    try:
+        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    except (SafetensorError, RuntimeError, OSError) as error:
+        reason = str(error).split(":", 1)[1] if str(error).startswith("Error(s) in loading") else str(error)
+        raise RoarError(f"{folder / 'model.safetensors'} does not load into the model of config.json "
+                        f"({shorten(reason)}); {REDO_MODEL}") from error
     model.eval()
     return model

@@ -198,20 +198,31 @@ def format_examples(examples: list[Example]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_babi(text: str) -> list[Example]:
-    """Parse the bAbI text format into examples (story = statements before each question)."""
+def parse_babi(text: str, where: str = "bAbI text") -> list[Example]:
+    """Parse the bAbI text format into examples (story = statements before each question).
+
+    Raises:
+        ValueError: for a line that is not ``<id> <statement>`` or ``<id> <question>\t<answer>\t<ids>``
+            (the message names ``where`` and the line number).
+    """
     examples: list[Example] = []
     story: list[str] = []
     id_to_statement: dict[int, int] = {}
-    for raw in text.splitlines():
+    for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
         head, _, rest = raw.partition(" ")
+        if not head.isdigit() or not rest.strip():
+            raise ValueError(f"{where} line {number} is not '<id> <statement>' or '<id> <question><TAB><answer>"
+                             f"<TAB><supporting ids>': {raw[:60]!r}")
         line_id = int(head)
         if line_id == 1:
             story, id_to_statement = [], {}
         if "\t" in rest:
             question, answer, support = (rest.split("\t") + ["", ""])[:3]
+            if not answer.strip() or not all(s.isdigit() for s in support.split()):
+                raise ValueError(f"{where} line {number}: a question line needs '<question><TAB><answer><TAB>"
+                                 f"<supporting line ids>': {raw[:60]!r}")
             supporting = [id_to_statement[int(s)] for s in support.split() if int(s) in id_to_statement]
             examples.append(Example(list(story), question.strip(), answer.strip(), supporting))
         else:
@@ -247,5 +258,12 @@ def read_task_files(folder: Path, task: int) -> tuple[list[Example], list[Exampl
                 f"({OFFICIAL_URL}) and set prepare.babi-{task}.source to its en-10k folder, "
                 "or use source: generate"
             )
-        out.append(parse_babi(path.read_text()))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path} is not UTF-8 text (byte {error.start}); use the official bAbI files") from error
+        examples = parse_babi(text, str(path))
+        if not examples:
+            raise ValueError(f"{path} holds no bAbI questions; use the official bAbI files or source: generate")
+        out.append(examples)
     return out[0], out[1]

@@ -47,7 +47,11 @@ def read_reviews(folder: Path) -> list[RawExample]:
     for sub, label in (("neg", NEGATIVE), ("pos", POSITIVE)):
         files = sorted(((int(m.group(1)), p) for p in (folder / sub).glob("*.txt")
                         if (m := _FILE_NAME.fullmatch(p.name))), key=lambda item: item[0])
-        out += [RawExample(clean_review(p.read_text(encoding="utf-8")), label) for _, p in files]
+        for _, path in files:
+            try:
+                out.append(RawExample(clean_review(path.read_text(encoding="utf-8")), label))
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path} is not UTF-8 text (byte {error.start}); {HOW_TO_GET}") from error
     return out
 
 

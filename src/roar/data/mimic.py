@@ -118,8 +118,20 @@ def read_discharge_summaries(path: Path, admissions: set[int], chunk_rows: int =
 
 
 def read_hadm_ids(path: Path) -> list[int]:
-    """Admission ids of a CAML split file (one per line, no header)."""
-    return [int(float(line)) for line in path.read_text().split() if line.strip()]
+    """Admission ids of a CAML split file (one per line, no header).
+
+    Raises:
+        ValueError: for a line that is not a number, naming the file and line.
+    """
+    ids = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        for word in line.split():
+            try:
+                ids.append(int(float(word)))
+            except ValueError as error:
+                raise ValueError(f"{path} line {number}: {word[:40]!r} is not an admission id (HADM_ID); "
+                                 "use the CAML split files") from error
+    return ids
 
 
 def load(name: str, config: PrepareConfig) -> RawSplits:

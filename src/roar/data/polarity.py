@@ -117,7 +117,11 @@ def read_local(path: Path) -> list[RawExample]:
         raise missing("rotten-tomatoes", path, HOW_TO_GET)
     if tarfile.is_tarfile(path):
         return parse_snippets(read_snippets_archive(path), str(path))
-    return parse_snippets(path.read_text(encoding="utf-8"), str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text (byte {error.start}); {HOW_TO_GET}") from error
+    return parse_snippets(text, str(path))
 
 
 def load(name: str, config: PrepareConfig) -> RawSplits:

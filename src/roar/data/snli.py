@@ -27,7 +27,7 @@ def parse_jsonl(lines: Iterable[str], where: str = "snli") -> list[RawExample]:
     """Examples of SNLI JSON lines, skipping pairs whose ``gold_label`` is ``-``.
 
     Raises:
-        ValueError: for a line that is not JSON or has a label outside :data:`LABELS`.
+        ValueError: for a line that is not JSON, lacks a field, or has a label outside :data:`LABELS`.
     """
     out = []
     for number, line in enumerate(lines, start=1):
@@ -37,6 +37,10 @@ def parse_jsonl(lines: Iterable[str], where: str = "snli") -> list[RawExample]:
             row = json.loads(line)
         except json.JSONDecodeError as error:
             raise ValueError(f"{where} line {number} is not JSON: {error}") from error
+        if not isinstance(row, dict) or any(not isinstance(row.get(key), str)
+                                            for key in ("gold_label", "sentence1", "sentence2")):
+            raise ValueError(f"{where} line {number} needs the string fields gold_label, sentence1, sentence2: "
+                             f"{line.strip()[:60]!r}")
         label = row["gold_label"]
         if label == "-":
             continue
@@ -72,6 +76,9 @@ def load(name: str, config: PrepareConfig) -> RawSplits:
             path = folder / file
             if not path.is_file():
                 raise missing(name, path, HOW_TO_GET)
-            with path.open(encoding="utf-8") as lines:  # streamed: the train file is ~0.5 GB
-                data[split] = parse_jsonl(lines, str(path))
+            try:
+                with path.open(encoding="utf-8") as lines:  # streamed: the train file is ~0.5 GB
+                    data[split] = parse_jsonl(lines, str(path))
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path} is not UTF-8 text (byte {error.start}); {HOW_TO_GET}") from error
     return RawSplits(data["train"], data["test"], data["val"])

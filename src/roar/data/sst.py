@@ -50,13 +50,22 @@ def parse_tree(line: str) -> tuple[int, list[str]]:
     return int(tokens[1]), leaves
 
 
-def binary_examples(trees: list[str], min_tokens: int = MIN_TOKENS) -> list[RawExample]:
-    """Binary examples of PTB tree lines: neutral roots and sentences under ``min_tokens`` leaves dropped."""
+def binary_examples(trees: list[str], min_tokens: int = MIN_TOKENS, where: str = "") -> list[RawExample]:
+    """Binary examples of PTB tree lines: neutral roots and sentences under ``min_tokens`` leaves dropped.
+
+    Raises:
+        ValueError: for a malformed tree, naming ``where`` (the file) and the line number.
+    """
     out = []
-    for line in trees:
+    for number, line in enumerate(trees, start=1):
         if not line.strip():
             continue
-        label, leaves = parse_tree(line)
+        try:
+            label, leaves = parse_tree(line)
+        except ValueError as error:
+            if not where:
+                raise
+            raise ValueError(f"{where} line {number}: {error}") from error
         if label == 2 or len(leaves) < min_tokens:
             continue
         out.append(RawExample(" ".join(leaves), NEGATIVE if label < 2 else POSITIVE))
@@ -89,6 +98,11 @@ def load(name: str, config: PrepareConfig) -> RawSplits:
         for split, file in SPLIT_FILES.items():
             if not (folder / file).is_file():
                 raise missing(name, folder / file, HOW_TO_GET)
-            trees[split] = (folder / file).read_text(encoding="utf-8").splitlines()
-    data = {split: binary_examples(lines, min_tokens) for split, lines in trees.items()}
+            try:
+                trees[split] = (folder / file).read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{folder / file} is not UTF-8 text (byte {error.start}); {HOW_TO_GET}") from error
+    where = {} if kind == HUB else {split: str(folder / file) for split, file in SPLIT_FILES.items()}
+    data = {split: binary_examples(lines, min_tokens, where.get(split, f"{HUB_ID} {split}"))
+            for split, lines in trees.items()}
     return RawSplits(data["train"], data["test"], data["val"])

@@ -11,11 +11,12 @@ so their content hash identifies a dataset version.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 
+from roar.errors import RoarError, one_line
 from roar.fileio import atomic_dir
 
 SPLITS = ("train", "val", "test")
@@ -126,12 +127,51 @@ def write_split(split: Split, path: Path) -> None:
         writer.write_table(table)
 
 
-def read_split(path: Path) -> Split:
-    """Read a split written by :func:`write_split` (memory-mapped)."""
+COLUMNS = ("tokens", "tokens2", "label", "index")
+REDO = "re-run the stage that writes it (`dvc repro`, or the roar command that makes it)"
+
+
+def _check_file(path: Path) -> None:
+    """One line for a missing or empty file."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; {REDO}")
+    if path.stat().st_size == 0:
+        raise RoarError(f"{path} is empty; {REDO}")
+
+
+def _read_table(path: Path):
+    """The Arrow table of a split file, checked: readable, the four columns, valid offsets."""
     import pyarrow as pa
 
-    with pa.memory_map(str(path), "r") as source:
-        table = pa.ipc.open_file(source).read_all()
+    _check_file(path)
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            table = pa.ipc.open_file(source).read_all()
+        table.validate(full=True)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        reason = one_line(str(error)) or type(error).__name__
+        raise RoarError(f"{path} is not a readable Arrow split file ({reason[:160]}); {REDO}") from error
+    names = tuple(table.column_names)
+    if sorted(names) != sorted(COLUMNS):
+        raise RoarError(f"{path} has columns {', '.join(names) or 'none'}; a split needs exactly "
+                        f"{', '.join(COLUMNS)}; {REDO}")
+    for name in ("tokens", "tokens2"):
+        if not pa.types.is_list(table.schema.field(name).type):
+            kind = table.schema.field(name).type
+            raise RoarError(f"{path}: column {name} is {kind}, not a list of token ids; {REDO}")
+    for name in ("label", "index"):
+        if not pa.types.is_integer(table.schema.field(name).type):
+            raise RoarError(f"{path}: column {name} is {table.schema.field(name).type}, not integers; {REDO}")
+    return table
+
+
+def read_split(path: Path) -> Split:
+    """Read a split written by :func:`write_split` (memory-mapped); a missing, empty or corrupt
+    file raises one line naming it."""
+    return _split_from_table(_read_table(Path(path)))
+
+
+def _split_from_table(table) -> Split:
     tokens, lengths = _padded(table.column("tokens"))
     tokens2, lengths2 = _padded(table.column("tokens2"))
     return Split(tokens, lengths, tokens2, lengths2,
@@ -148,19 +188,62 @@ def write_dataset(folder: Path, meta: DatasetMeta, vocab_json: str, splits: dict
             write_split(split, tmp / f"{name}.arrow")
 
 
+def _check_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        raise FileNotFoundError(f"dataset folder {folder} not found; {REDO}")
+
+
+def _read_json(path: Path):
+    _check_file(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RoarError(f"{path} is not valid JSON ({one_line(str(error))}); {REDO}") from error
+
+
 def read_meta(folder: Path) -> DatasetMeta:
+    folder = Path(folder)
+    _check_folder(folder)
     path = folder / "meta.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{folder} is not a prepared dataset (no meta.json)")
-    return DatasetMeta(**json.loads(path.read_text()))
+        raise FileNotFoundError(f"{folder} is not a prepared dataset (no meta.json); {REDO}")
+    values = _read_json(path)
+    try:
+        return DatasetMeta(**values)
+    except TypeError as error:
+        allowed = ", ".join(f.name for f in fields(DatasetMeta))
+        raise RoarError(f"{path} does not describe a dataset ({one_line(str(error))}); expected the keys "
+                        f"{allowed}; {REDO}") from error
+
+
+def read_vocab(folder: Path) -> list[str]:
+    """The dataset's tokens in id order (``vocab.json``), checked to be a list of strings."""
+    path = Path(folder) / "vocab.json"
+    vocab = _read_json(path)
+    if not isinstance(vocab, list) or not all(isinstance(token, str) for token in vocab):
+        raise RoarError(f"{path} must hold a JSON list of tokens; {REDO}")
+    return vocab
 
 
 def read_dataset(folder: Path) -> tuple[DatasetMeta, dict[str, Split]]:
-    """Read the metadata and all splits of a dataset folder."""
+    """Read the metadata and all splits of a dataset folder; any missing, empty or corrupt file
+    raises one line naming it (before any split is converted)."""
+    folder = Path(folder)
     meta = read_meta(folder)
-    return meta, {name: read_split(folder / f"{name}.arrow") for name in SPLITS}
+    read_vocab(folder)
+    tables = {name: _read_table(folder / f"{name}.arrow") for name in SPLITS}
+    return meta, {name: _split_from_table(table) for name, table in tables.items()}
+
+
+def check_dataset(folder: Path) -> DatasetMeta:
+    """Check that a dataset folder is complete and readable (no split is converted); returns its meta."""
+    folder = Path(folder)
+    meta = read_meta(folder)
+    read_vocab(folder)
+    for name in SPLITS:
+        _read_table(folder / f"{name}.arrow")
+    return meta
 
 
 def vocab_size(folder: Path) -> int:
-    return len(json.loads((folder / "vocab.json").read_text()))
-
+    return len(read_vocab(folder))
