@@ -1,4 +1,4 @@
-"""Run the recursion: shared reference models (k = 0, all masked) and whole chains of ROAR steps.
+"""Run the recursion: whole chains of ROAR steps on top of the shared k = 0 model.
 
 A chain is (dataset, model, measure, seed, recursive, strategy). Each step writes its masked
 dataset, its model and its result beside the content hashes of what it came from; a step
@@ -20,10 +20,11 @@ from roar.data.storage import DatasetMeta, Split, read_dataset, vocab_size, writ
 from roar.faults import at_step, failpoint
 from roar.fileio import content_hash, write_json_atomic
 from roar.masking import mask_split, masked_fraction
-from roar.params import Study, section, study_from_params
+from roar.params import section
 from roar.paths import Layout, step_dir
 from roar.provenance import chain_code_fingerprint, library_versions
-from roar.tracking import Tracker, fingerprint
+from roar.runner import Runner, chain_tags
+from roar.tracking import fingerprint
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,9 @@ def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
             failpoint("importance")
     seconds = time.perf_counter() - start
     ids = {} if meta is None else {"mask_id": meta.mask_id, "unmaskable_ids": meta.unmaskable_ids}
-    return {name: mask_split(split, importance[name], k, strategy, **ids) for name, split in data.items()}, importance, seconds
+    masked = {name: mask_split(split, importance[name], k, strategy, **ids, measure=getattr(measure, "name", ""))
+              for name, split in data.items()}
+    return masked, importance, seconds
 
 
 @dataclass
@@ -94,84 +97,8 @@ class _ChainContext:
     last_masked: dict | None = None  # the previous step's masked splits, when computed in this process
 
 
-def _chain_tags(dataset: str, model: str, measure: str, seed: int, strategy: str,
-                recursive: bool | None = None) -> dict:
-    return {"roar.dataset": dataset, "roar.model": model, "roar.measure": measure, "roar.seed": seed,
-            "roar.strategy": strategy, "roar.recursive": "" if recursive is None else str(recursive).lower()}
-
-
-class Runner:
-    """Everything a stage process needs: params, layout, tracker, and the prepared data."""
-
-    def __init__(self, params: dict, root: Path = Path("."), progress: bool = True):
-        self.params = params
-        self.study: Study = study_from_params(params)
-        self.layout = Layout(root)
-        self.progress = progress
-        runtime = params.get("runtime") or {}
-        if runtime.get("threads"):
-            import torch
-
-            torch.set_num_threads(int(runtime["threads"]))
-        self.tracker = Tracker(self.study.name, root)
-        study_params = {k: params[k] for k in ("study", "prepare", "train", "importance") if k in params}
-        self.study_run = self.tracker.study_run(self.study.name, fingerprint(study_params),
-                                                {"study": self.study.name, "seeds": self.study.seeds,
-                                                 "measures": self.study.measures, "steps": self.study.steps})
-
-    def train_config(self, model: str, dataset: str):
-        from roar.training import TrainConfig
-
-        values = dict(section(self.params, "train", model, dataset))
-        values.setdefault("model", model)
-        return TrainConfig.from_dict(values)
-
-    def _train_and_save(self, step_run: str, tags: dict, meta: DatasetMeta, data_dir: Path,
-                        splits: dict[str, Split], model: str, seed: int, out: Path) -> tuple[dict, str]:
-        """Train on ``splits``, save the model to ``out``, log a ``train`` run; returns (result, model hash)."""
-        from roar.training import save_model, train
-
-        config = self.train_config(model, meta.name)
-        with self.tracker.run("train", f"train {tags.get('roar.k')}", step_run, tags, asdict(config)) as run_id:
-            vocab = json.loads((data_dir / "vocab.json").read_text())
-            n_vocab = len(vocab)
-            trained, result = train(meta, n_vocab, splits, config, seed, self.progress, vocab)
-            if result.embedding_coverage is not None:
-                self.tracker.log_metrics(run_id, {"embedding_coverage": result.embedding_coverage})
-            for entry in result.history:
-                self.tracker.log_metrics(run_id, {k: v for k, v in entry.items() if k != "epoch"}, entry["epoch"])
-            self.tracker.log_metrics(run_id, {f"test_{result.metric}": result.test_metric,
-                                              "best_epoch": result.best_epoch, "seconds": result.seconds})
-            save_model(out, trained, config, meta, n_vocab, result)
-            model_hash = content_hash(out)
-            self.tracker.client.set_tag(run_id, "roar.model_hash", model_hash)
-        return {"metric": result.metric, "value": result.test_metric, "val_metric": result.val_metric,
-                "best_epoch": result.best_epoch, "train_seconds": result.seconds, "train_run_id": run_id}, model_hash
-
-    def run_reference(self, dataset: str, model: str, seed: int, which: str) -> dict:
-        """Train the shared model on unmasked data (``k0``) or on all-masked data (``all``)."""
-        if which not in ("k0", "all"):
-            raise ValueError(f"reference {which!r} unknown; allowed: k0, all")
-        data_dir = self.layout.prepared(dataset, model) if which == "k0" else self.layout.all_masked(dataset, model)
-        k = 0 if which == "k0" else self.study.end_k or 100
-        out = self.layout.shared_model(dataset, model, which, seed)
-        result_path = self.layout.shared_result(dataset, model, which, seed)
-        meta, splits = read_dataset(data_dir)
-        data_hash = content_hash(data_dir)
-        tags = {**_chain_tags(dataset, model, "shared", seed, self.study.strategy), "roar.k": k,
-                "roar.data_hash": data_hash}
-        with self.tracker.run("chain", f"{dataset}/{model}/shared-{which}/s{seed}", self.study_run, tags) as chain_run:
-            with self.tracker.run("step", f"k={k}", chain_run, tags) as step_run:
-                self.tracker.log_dataset(step_run, f"{dataset}-{which}", data_dir, data_hash, "train")
-                point, model_hash = self._train_and_save(step_run, tags, meta, data_dir, splits, model, seed, out)
-                self.tracker.log_metrics(step_run, {point["metric"]: point["value"]})
-        record = {"dataset": dataset, "model": model, "measure": "shared", "recursive": None,
-                  "strategy": self.study.strategy, "seed": seed, "k": k, **point, "data_hash": data_hash,
-                  "model_hash": model_hash, "data_path": str(data_dir), "model_path": str(out),
-                  "chain_run_id": chain_run, "step_run_id": step_run, "study_run_id": self.study_run,
-                  "git_commit": self.tracker.commit}
-        write_json_atomic(result_path, record)
-        return record
+class ChainRunner(Runner):
+    """Runs whole chains of (Recursive) ROAR steps in a stage process."""
 
     def run_chain(self, spec: ChainSpec) -> list[dict]:
         """Run every step of a chain (reusing finished ones whose inputs and code still match) and
@@ -193,7 +120,7 @@ class Runner:
         k0_model = layout.shared_model(spec.dataset, spec.model, "k0", spec.seed)
         meta, base_splits = read_dataset(prepared)
         base = StepInput(prepared, content_hash(prepared), k0_model, content_hash(k0_model), base_splits)
-        tags = _chain_tags(spec.dataset, spec.model, spec.measure, spec.seed, self.study.strategy, spec.recursive)
+        tags = chain_tags(spec.dataset, spec.model, spec.measure, spec.seed, self.study.strategy, spec.recursive)
         context = _ChainContext(spec, meta, folders, recipe, tags, (prepared / "vocab.json").read_text(),
                                 vocab_size(prepared))
         previous, records = base, []
@@ -218,7 +145,7 @@ class Runner:
     def _run_step(self, chain_run: str, ctx: _ChainContext, k: int, step_key: str, source: StepInput) -> dict:
         """Importance of ``source`` (data and model), mask up to k, write the data, train and save a
         fresh model, write the step record; returns the record."""
-        from roar.importance import make_measure
+        from roar.importance.registry import make_measure
         from roar.training import load_model
 
         spec = ctx.spec

@@ -78,11 +78,11 @@ def _check_names(dataset: str | None = None, model: str | None = None, measure: 
         if measure not in MEASURES:
             raise RoarError(f"unknown measure {measure!r}; allowed: {', '.join(MEASURES)}")
     if dataset is not None:
-        from roar.data.prepare import dataset_spec
+        from roar.data.datasets import dataset_spec
 
         dataset_spec(dataset)
     if model is not None:
-        from roar.training import MODELS
+        from roar.models.config import MODELS
 
         if model not in MODELS:
             raise RoarError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
@@ -146,7 +146,7 @@ def train_reference(dataset: str, model: str, seed: int, which: str = typer.Opti
     layout = Layout()
     check_dataset(layout.prepared(dataset, model) if which == "k0" else layout.all_masked(dataset, model))
 
-    from roar.chain import Runner
+    from roar.runner import Runner
 
     record = Runner(loaded, progress=progress).run_reference(dataset, model, seed, which)
     typer.echo(f"{dataset} {model} seed={seed} {which}: test {record['metric']}={record['value']:.4f}")
@@ -187,9 +187,9 @@ def chain(dataset: str, model: str, measure: str, seed: int,
         raise FileNotFoundError(f"k = 0 model {k0_model} not found; train it first: `roar train-reference "
                                 f"{dataset} {model} {seed}` (or `dvc repro`)")
 
-    from roar.chain import ChainSpec, Runner
+    from roar.chain import ChainRunner, ChainSpec
 
-    records = Runner(loaded, progress=progress).run_chain(ChainSpec(dataset, model, measure, seed, recursive))
+    records = ChainRunner(loaded, progress=progress).run_chain(ChainSpec(dataset, model, measure, seed, recursive))
     for r in records:
         typer.echo(f"k={r['k']:>3} {r['metric']}={r['value']:.4f}")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 PACKAGE = "roar"
 SRC = Path(__file__).resolve().parent
 # Registries that import their members by name (importlib), invisible to the import graph.
-REGISTRIES = {"roar.data.prepare": "roar.data", "roar.importance": "roar.importance"}
+REGISTRIES = {"roar.data.prepare": "roar.data", "roar.importance.registry": "roar.importance"}
 # The CLI command each DVC stage template runs.
 STAGE_COMMANDS = {"prepare": "prepare", "train_k0": "train_reference", "train_all_masked": "train_reference",
                   "recursive": "chain", "roar": "chain", "report": "report"}
@@ -132,25 +132,26 @@ def stage_dependencies(stage: str) -> list[str]:
     return sorted(deps)
 
 
-def files_digest(files: list[Path]) -> str:
-    """sha256 over the files' names (relative to the package) and contents, in sorted order."""
+def files_digest(files: list[Path], base: Path = SRC) -> str:
+    """sha256 over the files' names (relative to ``base``) and contents, in sorted order."""
     digest = hashlib.sha256()
     for path in sorted(files):
-        digest.update(str(path.relative_to(SRC)).encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(str(path.relative_to(base)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
-def chain_code_fingerprint(measure_module: str) -> str:
-    """Fingerprint of the code a chain step of one measure runs: the chain stage's modules without
-    the other measures' modules (a fix to one measure invalidates only that measure's steps)."""
+def chain_code_files(measure_module: str) -> list[Path]:
+    """The files a chain step of one measure runs: the chain stage's modules without the other
+    measures' modules (so that a fix to one measure invalidates only that measure's steps)."""
+    from roar.importance import MEASURE_MODULES
+
     modules = stage_modules("recursive")
-    others = set(package_modules(REGISTRIES["roar.importance"])) - module_closure({measure_module}, registries=False)
-    return files_digest([module_file(m) for m in modules - others])
+    others = set(MEASURE_MODULES.values()) - module_closure({measure_module}, registries=False)
+    return sorted(module_file(m) for m in modules - others)
 
 
-def stage_code_fingerprint(stage: str) -> str:
-    """Fingerprint of every module the stage template ``stage`` may run."""
-    return files_digest([module_file(m) for m in stage_modules(stage)])
+def chain_code_fingerprint(measure_module: str) -> str:
+    return files_digest(chain_code_files(measure_module))
 
 
 def library_versions() -> dict[str, str]:

@@ -8,11 +8,12 @@ with one line such as::
     params.yaml: unknown key train.bilstm-attention.babi-1.epoch; allowed: attention_hidden, batch_size, ...
 
 The names (datasets, models, measures) and the keys of ``prepare.<dataset>`` and
-``train.<model>.<dataset>`` come from the library (:data:`roar.data.prepare.DATASETS`,
-:class:`~roar.data.prepare.PrepareConfig`, :data:`roar.training.MODELS`,
-:class:`~roar.training.TrainConfig`, :data:`roar.importance.MEASURES`), so that a new dataset,
-model, measure or option is known here without a second list. Importing ``roar.training``
-imports torch (about 2 s): it happens when params are checked, never at ``roar --help``.
+``train.<model>.<dataset>`` come from the library (:data:`roar.data.datasets.DATASETS`,
+:class:`~roar.data.datasets.PrepareConfig`, :data:`roar.models.config.MODELS`,
+:class:`~roar.models.config.TrainConfig`, :data:`roar.importance.MEASURES`), so that a new dataset,
+model, measure or option is known here without a second list. Those modules hold names and
+settings only (no torch, no loader), so checking params is fast and the report stage does not
+depend on model or loader code.
 """
 
 from __future__ import annotations
@@ -156,23 +157,23 @@ RUNTIME_RULES: dict[str, Rule] = {"threads": integer(0)}
 
 def known_names() -> dict[str, tuple[str, ...]]:
     """The names the library knows: datasets, models, measures, strategies."""
-    from roar.data.prepare import DATASETS
+    from roar.data.datasets import DATASETS
     from roar.importance import MEASURES
     from roar.masking import STRATEGIES
-    from roar.training import MODELS
+    from roar.models.config import MODELS
 
     return {"dataset": tuple(DATASETS), "model": tuple(MODELS), "measure": tuple(MEASURES),
             "strategy": tuple(STRATEGIES)}
 
 
 def prepare_keys() -> tuple[str, ...]:
-    from roar.data.prepare import PrepareConfig
+    from roar.data.datasets import PrepareConfig
 
     return tuple(sorted(f.name for f in fields(PrepareConfig)))
 
 
 def train_keys() -> tuple[str, ...]:
-    from roar.training import TrainConfig
+    from roar.models.config import TrainConfig
 
     return tuple(sorted(f.name for f in fields(TrainConfig) if f.name not in TRAIN_NOT_IN_PARAMS))
 

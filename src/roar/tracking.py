@@ -187,6 +187,8 @@ class Tracker:
 
 def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str:
     """A ``report`` run under the study run: RACU values as metrics, tables and figures as artifacts."""
+    import pandas as pd
+
     from roar.params import study_from_params
 
     study = study_from_params(params)
@@ -194,12 +196,15 @@ def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str
     study_params = {k: params[k] for k in ("study", "prepare", "train", "importance") if k in params}
     parent = tracker.study_run(study.name, fingerprint(study_params), {"study": study.name})
     with tracker.run("report", "report", parent, {"roar.study": study.name}) as run_id:
-        metrics = {}
+        metrics, intervals = {}, {}
         for _, row in racu.iterrows():
-            mode = "recursive" if row["recursive"] else "roar"
+            chain = f"{row['dataset']}.{row['model']}.{'recursive' if row['recursive'] else 'roar'}.{row['measure']}"
             for stat in ("racu_mean", "racu_low", "racu_high"):
-                metrics[f"{stat}.{row['dataset']}.{row['model']}.{mode}.{row['measure']}"] = row[stat]
+                if pd.notna(row[stat]):  # no interval from a single seed
+                    metrics[f"{stat}.{chain}"] = row[stat]
+            intervals[f"interval.{chain}"] = f"{row.get('interval', '')} (n_seeds={row['n_seeds']})"
         tracker.log_metrics(run_id, metrics)
+        tracker.log_params(run_id, intervals)
         for path in sorted(reports.iterdir()):
             if path.is_file():
                 tracker.client.log_artifact(run_id, str(path))

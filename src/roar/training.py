@@ -6,7 +6,7 @@ import copy
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -16,43 +16,7 @@ from roar.faults import failpoint
 from roar.fileio import atomic_dir
 from roar.metrics import compute_metric
 from roar.models.batching import BucketBatchSampler, SplitDataset, iterate_batches
-
-MODELS = ("bilstm-attention", "roberta")
-
-
-@dataclass
-class TrainConfig:
-    """Hyperparameters of one training run (paper defaults for the single-sequence BiLSTM)."""
-
-    model: str = "bilstm-attention"
-    epochs: int = 8
-    batch_size: int = 32
-    lr: float = 1e-3
-    weight_decay: float = 1e-5
-    embedding_dim: int = 300
-    hidden: int = 128
-    attention_hidden: int = 128
-    embeddings: str | None = None  # BiLSTM: pretrained word vectors (a file path, or "glove-6b-50d")
-    checkpoint: str | None = None  # transformer: HF checkpoint name or local directory
-    warmup_ratio: float = 0.06  # transformer: linear warm-up share of the steps, then linear decay
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default
-
-    @classmethod
-    def from_dict(cls, values: dict) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown training parameter(s) {unknown}; allowed: {sorted(known)}")
-        config = cls(**values)
-        if config.model not in MODELS:
-            raise ValueError(f"unknown model {config.model!r}; allowed: {', '.join(MODELS)}")
-        for name in ("epochs", "batch_size", "embedding_dim", "hidden", "attention_hidden"):
-            if getattr(config, name) < 1:
-                raise ValueError(f"training parameter {name}={getattr(config, name)!r} must be >= 1")
-        if not 0 <= config.warmup_ratio < 1:
-            raise ValueError(f"training parameter warmup_ratio={config.warmup_ratio!r} must be in [0, 1)")
-        return config
-
+from roar.models.config import MODELS, TrainConfig  # noqa: F401 (re-exported: the training API)
 
 @dataclass
 class TrainResult:

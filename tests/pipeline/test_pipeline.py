@@ -129,7 +129,8 @@ def test_report_files_and_dvc_views(project: Path) -> None:
 
 
 def test_racu_matches_an_independent_numpy_computation(project: Path) -> None:
-    """RACU recomputed from points.csv with plain numpy (DESIGN §2) equals racu.csv's mean."""
+    """RACU recomputed from points.csv with plain numpy (DESIGN §2) equals racu.csv's mean (of the
+    unclipped per-seed values) and racu_seeds.csv's per-seed values."""
     import csv
 
     import numpy as np
@@ -149,11 +150,15 @@ def test_racu_matches_an_independent_numpy_computation(project: Path) -> None:
         num = sum((x[i + 1] - x[i]) * ((b[i] - p[i]) + (b[i + 1] - p[i + 1])) / 2 for i in range(len(x) - 1))
         den = sum((x[i + 1] - x[i]) * ((b[i] - b[-1]) + (b[i + 1] - b[-1])) / 2 for i in range(len(x) - 1))
         if den > 0:  # a random curve that does not fall (1-epoch models) gives no RACU for that seed
-            per_measure[measure].append(min(1.0, max(-1.0, num / den)))
+            per_measure[measure].append(num / den)
     table = list(csv.DictReader((project / "reports/racu.csv").open()))
     assert [r["measure"] for r in table] == ["attention"]
     assert int(table[0]["n_seeds"]) == len(per_measure["attention"]) >= 1
     assert abs(float(table[0]["racu_mean"]) - np.mean(per_measure["attention"])) < 1e-6
+    seeds = list(csv.DictReader((project / "reports/racu_seeds.csv").open()))
+    assert [float(r["racu_unclipped"]) for r in seeds] == pytest.approx(per_measure["attention"], abs=1e-6)
+    assert [float(r["racu"]) for r in seeds] == pytest.approx([min(1, max(-1, v)) for v in per_measure["attention"]],
+                                                              abs=1e-6)
 
 
 def test_audit_point_and_tampering(project: Path) -> None:

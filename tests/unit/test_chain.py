@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import yaml
 
-from roar.chain import ChainSpec, Runner
+from roar.chain import ChainRunner, ChainSpec
 from roar.data.prepare import PrepareConfig, prepare
 from roar.data.storage import read_dataset
 from roar.fileio import content_hash
-from roar.importance import make_measure
+from roar.importance.registry import make_measure
 from roar.importance.base import compute_importance
 from roar.masking import mask_split
 from roar.paths import Layout
@@ -48,7 +48,7 @@ def project(tmp_path_factory, monkeypatch_module) -> Path:
     params = tiny_params()
     layout = Layout(Path("."))
     prepare("babi-1", layout.prepared("babi-1", "bilstm-attention"), PrepareConfig(**params["prepare"]["babi-1"]))
-    runner = Runner(params, Path("."), progress=False)
+    runner = ChainRunner(params, Path("."), progress=False)
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
     for recursive in (True, False):
         runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, recursive))
@@ -111,7 +111,7 @@ def test_plain_roar_step_explains_the_unmasked_data_with_the_k0_model(project: P
 
 
 def test_retraining_on_the_same_inputs_gives_the_same_model_folder_hash(project: Path) -> None:
-    runner = Runner(tiny_params(), Path("."), progress=False)
+    runner = ChainRunner(tiny_params(), Path("."), progress=False)
     folder = project / "models/babi-1/bilstm-attention/k0/s0"
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
@@ -121,7 +121,7 @@ def test_retraining_on_the_same_inputs_gives_the_same_model_folder_hash(project:
 
 
 def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> None:
-    runner = Runner(tiny_params(), Path("."), progress=False)
+    runner = ChainRunner(tiny_params(), Path("."), progress=False)
     spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, True)
     records = {r["k"]: r for r in json.loads(json.dumps(runner.run_chain(spec)))}
     original = {k: json.loads(_step(project, "results", "recursive", k).read_text()) for k in STEPS}
@@ -142,7 +142,7 @@ def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> Non
 def test_a_step_record_from_other_params_is_not_reused(project: Path) -> None:
     params = tiny_params()
     params["importance"]["batch_size"] = 64  # a params change (same numbers, other step key)
-    runner = Runner(params, Path("."), progress=False)
+    runner = ChainRunner(params, Path("."), progress=False)
     original = json.loads(_step(project, "results", "roar", 40).read_text())
     records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False))
     assert records[0]["step_key"] != original["step_key"]

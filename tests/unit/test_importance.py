@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from roar.data.storage import Split
-from roar.importance import MEASURES, make_measure
+from roar.importance import MEASURES
+from roar.importance.registry import make_measure
 from roar.importance.attention import AttentionImportance
 from roar.importance.base import compute_importance
 from roar.importance.gradient import GradientImportance

@@ -14,7 +14,7 @@ from roar.fileio import file_digest
 
 from roar.data import imdb, mimic, polarity, snli, sst
 from roar.data.babi import read_task_files
-from roar.data.prepare import DATASETS, PrepareConfig, RawExample, prepare
+from roar.data.prepare import DATASETS, PrepareConfig, RawExample, load_raw, prepare
 from roar.data.storage import read_dataset
 from roar.data.tokenize import Vocabulary
 
@@ -23,7 +23,7 @@ NEW_DATASETS = ("rotten-tomatoes", "sst", "snli", "imdb", "mimic-anemia", "mimic
 
 
 def _load(name: str, source: Path | str, **options) -> tuple[list[RawExample], list[RawExample], list[RawExample]]:
-    raw = DATASETS[name].load(name, PrepareConfig(source=str(source), options=options))
+    raw = load_raw(DATASETS[name], PrepareConfig(source=str(source), options=options))
     assert raw.val is not None
     return raw.train, raw.val, raw.test
 
@@ -253,7 +253,7 @@ def test_hub_rows_map_to_examples(name, monkeypatch):
 
     monkeypatch.setattr(HUB_MODULES[name], "hub_splits", fake_hub)
     options = {"test_fraction": 1.0} if name == "imdb" else {}
-    raw = DATASETS[name].load(name, PrepareConfig(source="hub", options=options))
+    raw = load_raw(DATASETS[name], PrepareConfig(source="hub", options=options))
     assert asked[0][0] == name
     if name == "sst":
         assert asked[0][1:] == ("stanfordnlp/sst", "ptb")
@@ -276,7 +276,7 @@ def test_hub_failure_is_one_line(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(ValueError, match=r"^dataset 'snli': could not load 'stanfordnlp/snli' from the HF hub "
                                          r"\(Couldn't reach .*\); offline, set prepare.snli.source to a local copy$"):
-        DATASETS["snli"].load("snli", PrepareConfig(source="hub"))
+        load_raw(DATASETS["snli"], PrepareConfig(source="hub"))
 
 
 # --- unavailable sources and bad settings ------------------------------------------------------------------------
@@ -314,18 +314,18 @@ def test_babi_missing_files_name_the_dataset_and_how_to_get_them(tmp_path):
 def test_unsupported_source_is_a_one_line_value_error(name, source):
     with pytest.raises(ValueError, match=rf"dataset '{name}' does not support source '{source}'; "
                                          rf"set prepare.{name}.source to .*a local path"):
-        DATASETS[name].load(name, PrepareConfig(source=source))
+        load_raw(DATASETS[name], PrepareConfig(source=source))
 
 
 @pytest.mark.parametrize("name", ["sst", "snli", "imdb", "mimic-anemia"])
 def test_package_source_only_for_rotten_tomatoes(name):
     with pytest.raises(ValueError, match="does not support source 'package'"):
-        DATASETS[name].load(name, PrepareConfig(source="package"))
+        load_raw(DATASETS[name], PrepareConfig(source="package"))
 
 
 def test_hub_is_not_offered_for_mimic():
     with pytest.raises(ValueError, match="'mimic-anemia' does not support source 'hub'"):
-        DATASETS["mimic-anemia"].load("mimic-anemia", PrepareConfig(source="hub"))
+        load_raw(DATASETS["mimic-anemia"], PrepareConfig(source="hub"))
 
 
 def test_unknown_option_is_refused():

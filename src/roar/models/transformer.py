@@ -27,7 +27,7 @@ from roar.data.storage import Split
 from roar.models.bilstm import ModelOutput
 
 if TYPE_CHECKING:
-    from roar.data.prepare import RawExample
+    from roar.data.datasets import RawExample
 
 
 PACKAGED_MINILM = "packaged:all-minilm-l6-v2"
@@ -105,7 +105,7 @@ def encode_transformer(splits_raw: dict[str, list[RawExample]], classes: list[st
     tokenizer = load_tokenizer(checkpoint)
     single = tokenizer("a")
     n_prefix = single.sequence_ids(0).index(0)
-    from roar.data.prepare import label_ids
+    from roar.data.datasets import label_ids
 
     splits = {}
     for name, examples in splits_raw.items():
