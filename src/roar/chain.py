@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from roar.data.storage import DatasetMeta, Split, read_dataset, vocab_size, write_dataset
+from roar.errors import RoarError
 from roar.faults import at_step, failpoint
 from roar.fileio import content_hash, write_json_atomic
 from roar.masking import mask_split, masked_fraction
@@ -118,6 +119,8 @@ class ChainRunner(Runner):
                   "code": chain_code_fingerprint(MEASURE_MODULES[spec.measure])}
         prepared = layout.prepared(spec.dataset, spec.model)
         k0_model = layout.shared_model(spec.dataset, spec.model, "k0", spec.seed)
+        if step_params["train"]["embeddings"]:
+            recipe["embeddings"] = _check_vectors(k0_model, spec, step_params["train"]["embeddings"])
         meta, base_splits = read_dataset(prepared)
         base = StepInput(prepared, content_hash(prepared), k0_model, content_hash(k0_model), base_splits)
         tags = chain_tags(spec.dataset, spec.model, spec.measure, spec.seed, self.study.strategy, spec.recursive)
@@ -221,6 +224,22 @@ def write_unsupported(layout: Layout, spec: ChainSpec, reason: str) -> None:
 
 def _chain_key(spec: ChainSpec) -> tuple:
     return spec.dataset, spec.model, spec.measure, spec.recursive, spec.seed
+
+
+def _check_vectors(k0_model: Path, spec: ChainSpec, source: str) -> str:
+    """The digest of the word vectors ``source`` names, after checking that the k = 0 model was
+    trained with the same vectors (a file path in params cannot be a DVC dependency, so a file
+    changed in place is caught here)."""
+    from roar.data.embeddings import vectors_digest
+
+    current = vectors_digest(source)
+    result = k0_model / "result.json"
+    used = json.loads(result.read_text()).get("embeddings_digest") if result.is_file() else None
+    if used != current:
+        raise RoarError(f"{k0_model} was trained with other word vectors ({used}) than "
+                        f"train.{spec.model}.{spec.dataset}.embeddings = {source!r} now holds ({current}); retrain it: "
+                        f"dvc repro --force train_k0@{spec.dataset}-{spec.model}-{spec.seed}")
+    return current
 
 
 def _load_done(path: Path, step_key: str, log) -> dict | None:

@@ -29,6 +29,7 @@ class TrainResult:
     seconds: float
     history: list[dict] = field(default_factory=list)
     embedding_coverage: float | None = None  # share of the vocabulary found in the pretrained vectors
+    embeddings_digest: str | None = None  # which pretrained vectors (roar.data.embeddings.vectors_digest)
 
     def reproducible(self) -> dict:
         """The fields that the inputs determine (everything but the wall time)."""
@@ -167,11 +168,14 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
     start = time.perf_counter()
     L.seed_everything(seed, verbose=False)
     model = build_model(meta, vocab_size, config)
-    coverage = None
+    coverage = digest = None
     if config.embeddings and config.model == "bilstm-attention":
         if vocab is None:
             raise ValueError(f"embeddings {config.embeddings!r} need the dataset vocabulary")
         coverage = init_word_vectors(model, config, vocab)
+        from roar.data.embeddings import vectors_digest
+
+        digest = vectors_digest(config.embeddings)
     module = _make_module(model, meta.select_metric, config)
     train_set, val_set = SplitDataset(splits["train"]), SplitDataset(splits["val"])
     sampler = BucketBatchSampler(splits["train"].lengths, config.batch_size, seed)
@@ -201,7 +205,7 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
                          "the model's logits are not finite")
     result = TrainResult(best_epoch=module.best_epoch, val_metric=module.best_score, test_metric=test_metric,
                          metric=meta.metric, seconds=time.perf_counter() - start, history=module.history,
-                         embedding_coverage=coverage)
+                         embedding_coverage=coverage, embeddings_digest=digest)
     return model, result
 
 

@@ -148,3 +148,25 @@ def test_a_step_record_from_other_params_is_not_reused(project: Path) -> None:
     assert records[0]["step_key"] != original["step_key"]
     assert records[0]["step_run_id"] != original["step_run_id"]
     assert records[0]["data_hash"] == original["data_hash"]  # recomputed, same inputs -> same data
+
+
+def test_word_vectors_changed_in_place_are_caught(project: Path, tmp_path: Path, monkeypatch) -> None:
+    """A vectors file named in params is no DVC dependency; a chain refuses a k = 0 model trained
+    with other vectors, and the file's digest is part of every step key."""
+    from roar.data.embeddings import vectors_digest
+    from roar.errors import RoarError
+
+    vectors = tmp_path / "vectors.txt"
+    vectors.write_text("".join(f"{w} " + " ".join(["0.1"] * 50) + "\n" for w in ("mary", "john", "kitchen")))
+    shutil.copytree(project / "data", tmp_path / "ws" / "data")
+    monkeypatch.chdir(tmp_path / "ws")
+    params = tiny_params()
+    params["train"]["bilstm-attention"]["babi-1"]["embeddings"] = str(vectors)
+    runner = ChainRunner(params, Path("."), progress=False)
+    runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
+    first = vectors_digest(str(vectors))
+    assert json.loads(Path("models/babi-1/bilstm-attention/k0/s0/result.json").read_text())["embeddings_digest"] == first
+    vectors.write_text(vectors.read_text().replace("0.1", "0.2", 3))
+    assert vectors_digest(str(vectors)) != first
+    with pytest.raises(RoarError, match="trained with other word vectors.*dvc repro --force train_k0@babi-1"):
+        runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "random", 0, True))

