@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import BIN, REPO, make_project, mlflow_runs, project_env, sh
 
 pytestmark = pytest.mark.pipeline
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-
-
-def sh(*args: str, cwd: Path, env: dict | None = None) -> str:
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
 
 
 def tiny_params() -> dict:
@@ -38,30 +29,13 @@ def tiny_params() -> dict:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     """A git + DVC project holding this repo's pipeline files and a tiny params.yaml, run once."""
-    root = tmp_path_factory.mktemp("project")
-    for name in ("dvc.yaml", "MLproject", "python_env.yaml", ".gitignore"):
-        shutil.copy(REPO / name, root / name)
-    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("ROAR_STUDY_RUN_ID", None)
-    sh("git", "init", "-q", cwd=root)
-    sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init", cwd=root)
-    sh("dvc", "init", "-q", cwd=root)
-    sh("dvc", "remote", "add", "-d", "storage", "../dvc-storage", cwd=root)
-    sh("git", "add", "-A", cwd=root)
-    sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "project", cwd=root)
-    sh("roar", "pipeline", "--jobs", "2", cwd=root, env=env)
+    root = make_project(tmp_path_factory.mktemp("project") / "tiny", tiny_params())
+    sh("roar", "pipeline", "--jobs", "2", cwd=root)
     return root
 
 
 def runs(root: Path):
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("tiny")
-    return client.search_runs([experiment.experiment_id], max_results=10_000)
+    return mlflow_runs(root, "tiny")
 
 
 def test_outputs_and_lock(project: Path) -> None:
@@ -162,7 +136,7 @@ def test_racu_matches_an_independent_numpy_computation(project: Path) -> None:
 
 
 def test_audit_point_and_tampering(project: Path) -> None:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env = project_env(project)
     out = sh("roar", "audit", "babi-1", "bilstm-attention", "attention", "1", "70", cwd=project, env=env)
     assert "k=0 " in out and "k=40 " in out and "k=70 " in out and "all files match dvc.lock" in out
     evidence = json.loads(sh("roar", "audit", "babi-1", "bilstm-attention", "attention", "1", "70", "--json",
@@ -183,20 +157,18 @@ def test_audit_point_and_tampering(project: Path) -> None:
 
 
 def test_report_reproduces_byte_identical_from_a_fresh_clone(project: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    env.pop("ROAR_STUDY_RUN_ID", None)
     sh("git", "add", "-A", cwd=project)
     sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "study results", cwd=project)
     clone = project.parent / f"{project.name}-clone"
     sh("git", "clone", "-q", str(project), str(clone), cwd=project.parent)
-    sh("roar", "reproduce-report", cwd=clone, env=env)
+    sh("roar", "reproduce-report", cwd=clone)
     assert not list(clone.glob("models/**/model.safetensors"))  # only the results were pulled
     for name in ("points.csv", "curves.csv", "racu.csv", "racu.md", "racu.tex"):
         assert (clone / "reports" / name).read_bytes() == (project / "reports" / name).read_bytes(), name
 
 
 def test_plain_roar_chain_reuses_importance_and_random_matches_recursive(project: Path) -> None:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env = project_env(project)
     for measure in ("random", "attention"):
         sh("roar", "chain", "babi-1", "bilstm-attention", measure, "0", "--roar", "--no-progress", cwd=project, env=env)
     result = lambda m, mode, k: json.loads(  # noqa: E731
@@ -215,14 +187,13 @@ def test_plain_roar_chain_reuses_importance_and_random_matches_recursive(project
 
 def test_second_repro_does_nothing(project: Path) -> None:
     before = len(runs(project))
-    out = sh("dvc", "repro", cwd=project, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    out = sh("dvc", "repro", cwd=project)
     assert "Data and pipelines are up to date" in out
     assert len(runs(project)) == before
 
 
 def test_mlflow_run_entry_point_reproduces_a_chain(project: Path) -> None:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
+    env = project_env(project, MLFLOW_TRACKING_URI=f"sqlite:///{project / 'mlflow.db'}")
     proc = subprocess.run(["mlflow", "run", ".", "-e", "chain", "-P", "measure=attention", "-P", "seed=1",
                            "--env-manager", "local"], cwd=project, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -249,8 +220,8 @@ def test_s3_remote_push_and_pull_in_a_clean_clone(project: Path, tmp_path: Path)
     server = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-               "AWS_DEFAULT_REGION": "us-east-1", "PATH": f"{BIN}:{os.environ['PATH']}"}
+        env = project_env(project, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
+                          AWS_DEFAULT_REGION="us-east-1")
         for _ in range(100):
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()

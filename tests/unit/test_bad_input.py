@@ -384,6 +384,7 @@ def test_bad_input_is_one_line_and_exit_2(project, tiny, c):
     before = _snapshot(project)
     result = CliRunner().invoke(app, list(c.args))
     lines = [line for line in result.stderr.splitlines() if line.strip()]
+    print(f"{c.id} | roar {' '.join(c.args)} | {lines[0] if lines else ''}")  # the table, with pytest -s
     assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
