@@ -170,3 +170,17 @@ def test_word_vectors_changed_in_place_are_caught(project: Path, tmp_path: Path,
     assert vectors_digest(str(vectors)) != first
     with pytest.raises(RoarError, match="trained with other word vectors.*dvc repro --force train_k0@babi-1"):
         runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "random", 0, True))
+
+
+def test_a_diverged_training_fails_with_one_line_instead_of_loading_no_weights(tmp_path: Path) -> None:
+    from roar.data.storage import vocab_size
+    from roar.models.config import TrainConfig
+    from roar.training import train
+
+    folder = tmp_path / "babi"
+    prepare("babi-1", folder, PrepareConfig(n_train=80, n_test=20))
+    meta, splits = read_dataset(folder)
+    config = TrainConfig(model="bilstm-attention", epochs=2, batch_size=20, lr=1e30, embedding_dim=8, hidden=4,
+                         attention_hidden=4)  # steps of 1e30: the logits overflow to inf/NaN
+    with pytest.raises(ValueError, match=r"non-finite validation accuracy in every epoch \(\[nan, nan\]\).*lower lr"):
+        train(meta, vocab_size(folder), splits, config, 0, progress=False)
