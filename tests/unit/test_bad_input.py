@@ -407,7 +407,7 @@ def test_nan_importance_is_refused_before_masked_data_is_written(project, tiny):
     result = CliRunner().invoke(app, CHAIN.split())
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
-    assert "the importance measure produced" in lines[0] and "NaN" in lines[0] and "non-finite" in lines[0]
+    assert "importance measure 'gradient' produced" in lines[0] and "NaN" in lines[0] and "non-finite" in lines[0]
     assert "Traceback" not in result.output
     masked = project / "data/masked/babi-1/bilstm-attention/gradient"
     assert not list(masked.rglob("*.arrow")) and not (project / "models/babi-1/bilstm-attention/gradient").exists()
