@@ -59,17 +59,10 @@ def check_safetensors(path: Path) -> int:
 
 def read_model_config(folder: Path) -> dict:
     """``config.json`` of a saved model, checked: JSON with ``meta``, ``train``, ``vocab_size``."""
-    from roar.data.storage import DatasetMeta
+    from roar.data.storage import DatasetMeta, read_json_checked
 
     path = folder / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; {REDO_MODEL}")
-    if path.stat().st_size == 0:
-        raise RoarError(f"{path} is empty; {REDO_MODEL}")
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RoarError(f"{path} is not valid JSON ({one_line(str(error))}); {REDO_MODEL}") from error
+    saved = read_json_checked(path, REDO_MODEL)
     if not isinstance(saved, dict) or any(key not in saved for key in CONFIG_KEYS):
         raise RoarError(f"{path} is not a saved model's config (needs the keys {', '.join(CONFIG_KEYS)}); "
                         f"{REDO_MODEL}")
@@ -104,8 +97,7 @@ def existing_outputs(params: dict, root: Path = Path(".")) -> tuple[list[Path], 
             data += [layout.prepared(dataset, model), layout.all_masked(dataset, model)]
             for seed in study.seeds:
                 models += [layout.shared_model(dataset, model, which, seed) for which in ("k0", "all")]
-                chains = [(m, True) for m in study.measures] + [(m, False) for m in study.roar_measures]
-                for measure, recursive in chains:
+                for measure, recursive in study.chain_modes:
                     key = (dataset, model, measure, recursive, seed)
                     for k in study.steps:
                         data.append(step_dir(layout.chain_data(*key), k))

@@ -94,15 +94,6 @@ def _load(params: Path) -> dict:
     return load_params(params)
 
 
-def _needs_model(measure: str) -> bool:
-    """Whether ``measure`` explains a model (the k = 0 model at the first step)."""
-    import importlib
-
-    module = importlib.import_module(f"roar.importance.{measure.replace('-', '_')}")
-    return any(getattr(obj, "needs_model", False) for obj in vars(module).values()
-               if isinstance(obj, type) and obj.__module__ == module.__name__)
-
-
 @command()
 def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."),
             model: str = typer.Option("bilstm-attention", help="Model whose tokenisation to use."),
@@ -162,6 +153,7 @@ def chain(dataset: str, model: str, measure: str, seed: int,
     from roar.checks import check_model_folder
     from roar.data.storage import check_dataset
     from roar.importance import check_supported
+    from roar.importance.registry import measure_class
     from roar.params import section
     from roar.paths import Layout
 
@@ -183,7 +175,7 @@ def chain(dataset: str, model: str, measure: str, seed: int,
     k0_model = layout.shared_model(dataset, model, "k0", seed)
     if k0_model.exists():
         check_model_folder(k0_model)
-    elif _needs_model(measure):
+    elif measure_class(measure).needs_model:
         raise FileNotFoundError(f"k = 0 model {k0_model} not found; train it first: `roar train-reference "
                                 f"{dataset} {model} {seed}` (or `dvc repro`)")
 

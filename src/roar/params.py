@@ -24,6 +24,12 @@ class Study:
     steps: list[int]
 
     @property
+    def chain_modes(self) -> list[tuple[str, bool]]:
+        """``(measure, recursive)`` of every chain kind: Recursive ROAR for ``measures``, plain ROAR
+        for ``roar_measures``."""
+        return [(m, True) for m in self.measures] + [(m, False) for m in self.roar_measures]
+
+    @property
     def end_k(self) -> int | None:
         """The shared all-masked point (k = 100) for quantile studies; count studies have none."""
         return 100 if self.strategy == "quantile" else None

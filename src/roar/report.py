@@ -41,7 +41,7 @@ def collect_points(records: list[dict], study: Study) -> pd.DataFrame:
     shared = [r for r in records if r["measure"] == "shared"]
     chains = [r for r in records if r["measure"] != "shared"]
     rows = []
-    wanted = {(m, True) for m in study.measures} | {(m, False) for m in study.roar_measures}
+    wanted = set(study.chain_modes)
     for r in chains:
         if (r["dataset"] in study.datasets and r["model"] in study.models and r["seed"] in study.seeds
                 and (r["measure"], r["recursive"]) in wanted and r["k"] in study.steps
@@ -70,10 +70,9 @@ def racu_chains(study: Study) -> list[tuple[str, str, str, bool]]:
     from roar.importance import check_supported
 
     chains = []
-    modes = [(m, True) for m in study.measures] + [(m, False) for m in study.roar_measures]
     for dataset in study.datasets:
         for model in study.models:
-            for measure, recursive in modes:
+            for measure, recursive in study.chain_modes:
                 if measure == "random":
                     continue
                 try:

@@ -131,12 +131,12 @@ COLUMNS = ("tokens", "tokens2", "label", "index")
 REDO = "re-run the stage that writes it (`dvc repro`, or the roar command that makes it)"
 
 
-def _check_file(path: Path) -> None:
-    """One line for a missing or empty file."""
+def _check_file(path: Path, redo: str = REDO) -> None:
+    """One line for a missing or empty file; ``redo`` says how to make it again."""
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; {REDO}")
+        raise FileNotFoundError(f"{path} not found; {redo}")
     if path.stat().st_size == 0:
-        raise RoarError(f"{path} is empty; {REDO}")
+        raise RoarError(f"{path} is empty; {redo}")
 
 
 def _read_table(path: Path):
@@ -193,12 +193,13 @@ def _check_folder(folder: Path) -> None:
         raise FileNotFoundError(f"dataset folder {folder} not found; {REDO}")
 
 
-def _read_json(path: Path):
-    _check_file(path)
+def read_json_checked(path: Path, redo: str = REDO):
+    """The JSON in ``path``; a missing, empty or invalid file raises one line naming it and ``redo``."""
+    _check_file(path, redo)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RoarError(f"{path} is not valid JSON ({one_line(str(error))}); {REDO}") from error
+        raise RoarError(f"{path} is not valid JSON ({one_line(str(error))}); {redo}") from error
 
 
 def read_meta(folder: Path) -> DatasetMeta:
@@ -207,7 +208,7 @@ def read_meta(folder: Path) -> DatasetMeta:
     path = folder / "meta.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a prepared dataset (no meta.json); {REDO}")
-    values = _read_json(path)
+    values = read_json_checked(path)
     try:
         return DatasetMeta(**values)
     except TypeError as error:
@@ -219,30 +220,31 @@ def read_meta(folder: Path) -> DatasetMeta:
 def read_vocab(folder: Path) -> list[str]:
     """The dataset's tokens in id order (``vocab.json``), checked to be a list of strings."""
     path = Path(folder) / "vocab.json"
-    vocab = _read_json(path)
+    vocab = read_json_checked(path)
     if not isinstance(vocab, list) or not all(isinstance(token, str) for token in vocab):
         raise RoarError(f"{path} must hold a JSON list of tokens; {REDO}")
     return vocab
 
 
-def read_dataset(folder: Path) -> tuple[DatasetMeta, dict[str, Split]]:
-    """Read the metadata and all splits of a dataset folder; any missing, empty or corrupt file
-    raises one line naming it (before any split is converted)."""
+def _read_tables(folder: Path) -> tuple[DatasetMeta, dict]:
+    """Meta and the checked Arrow table of every split; any missing, empty or corrupt file raises
+    one line naming it."""
     folder = Path(folder)
     meta = read_meta(folder)
     read_vocab(folder)
-    tables = {name: _read_table(folder / f"{name}.arrow") for name in SPLITS}
+    return meta, {name: _read_table(folder / f"{name}.arrow") for name in SPLITS}
+
+
+def read_dataset(folder: Path) -> tuple[DatasetMeta, dict[str, Split]]:
+    """Read the metadata and all splits of a dataset folder (every file checked before any split
+    is converted)."""
+    meta, tables = _read_tables(folder)
     return meta, {name: _split_from_table(table) for name, table in tables.items()}
 
 
 def check_dataset(folder: Path) -> DatasetMeta:
     """Check that a dataset folder is complete and readable (no split is converted); returns its meta."""
-    folder = Path(folder)
-    meta = read_meta(folder)
-    read_vocab(folder)
-    for name in SPLITS:
-        _read_table(folder / f"{name}.arrow")
-    return meta
+    return _read_tables(folder)[0]
 
 
 def vocab_size(folder: Path) -> int:

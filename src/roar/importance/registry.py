@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
 
 from roar.data.storage import Split
 from roar.importance import MEASURE_MODULES, MEASURES
 
+MEASURE_CLASSES = {"random": "RandomImportance", "attention": "AttentionImportance",
+                   "gradient": "GradientImportance", "input-x-gradient": "InputXGradientImportance",
+                   "integrated-gradient": "IntegratedGradientImportance",
+                   "mutual-information": "MutualInformationImportance"}
 
-def measure_module(name: str) -> ModuleType:
-    """The module that implements the measure ``name``."""
+
+def measure_class(name: str) -> type:
+    """The class that implements the measure ``name`` (its module imported now)."""
     if name not in MEASURE_MODULES:
         raise ValueError(f"unknown importance measure {name!r}; allowed: {', '.join(MEASURES)}")
-    return importlib.import_module(MEASURE_MODULES[name])
+    return getattr(importlib.import_module(MEASURE_MODULES[name]), MEASURE_CLASSES[name])
 
 
 def make_measure(name: str, *, seed: int = 0, train_split: Split | None = None, vocab_size: int = 0,
@@ -27,17 +31,17 @@ def make_measure(name: str, *, seed: int = 0, train_split: Split | None = None, 
         ig_samples, ig_max_rows: Riemann samples and memory budget of ``integrated-gradient``.
     """
     if name == "random":
-        return measure_module(name).RandomImportance(seed)
+        return measure_class(name)(seed)
     if name == "attention":
-        return measure_module(name).AttentionImportance()
+        return measure_class(name)()
     if name == "gradient":
-        return measure_module(name).GradientImportance()
+        return measure_class(name)()
     if name == "input-x-gradient":
-        return measure_module(name).InputXGradientImportance()
+        return measure_class(name)()
     if name == "integrated-gradient":
-        return measure_module(name).IntegratedGradientImportance(ig_samples, ig_max_rows)
+        return measure_class(name)(ig_samples, ig_max_rows)
     if name == "mutual-information":
         if train_split is None:
             raise ValueError("mutual-information needs the training split")
-        return measure_module(name).MutualInformationImportance(train_split, vocab_size, n_classes)
+        return measure_class(name)(train_split, vocab_size, n_classes)
     raise ValueError(f"unknown importance measure {name!r}; allowed: {', '.join(MEASURES)}")
