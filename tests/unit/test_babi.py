@@ -8,8 +8,20 @@ import numpy as np
 import pytest
 
 from roar.data import babi
-from roar.data.babi import (ACTORS, DROP_VERBS, LOCATIONS, MOVE_VERBS, OBJECTS, TAKE_VERBS, Example, format_examples,
-                            generate_task, parse_babi, read_task_files, write_task_files)
+from roar.data.babi import (
+    ACTORS,
+    DROP_VERBS,
+    LOCATIONS,
+    MOVE_VERBS,
+    OBJECTS,
+    TAKE_VERBS,
+    Example,
+    format_examples,
+    generate_task,
+    parse_babi,
+    read_task_files,
+    write_task_files,
+)
 from roar.data.prepare import PrepareConfig, prepare
 from roar.data.storage import Split, read_dataset, read_split, write_split
 from roar.data.tokenize import END_ID, SPECIALS, START_ID, UNK_ID, Vocabulary, tokenize
@@ -58,29 +70,134 @@ def test_task1_answers_are_the_actors_last_location():
         assert ex.supporting == [last[1]]
 
 
-def test_task2_answers_by_replaying_objects():
-    for ex in generate_task(2, 150, seed=2):
-        where: dict[str, str] = {}
-        carrier: dict[str, str] = {}
-        lying: dict[str, str] = {}
-        for sentence in ex.story:
-            moved = _move(sentence)
-            if moved:
-                where[moved[0]] = moved[1]
-                continue
-            actor, rest = sentence.split(" ", 1)
-            obj = next(o for o in OBJECTS if f"the {o}" in rest)
-            if rest.endswith("there."):
-                assert any(rest.startswith(v + " ") for v in TAKE_VERBS), sentence
-                carrier[obj] = actor
-                lying.pop(obj, None)
+def _replay(story: list[str]):
+    """Replay a story; yield after each statement: actor rooms, carriers, dropped objects, room trails.
+
+    State: ``where[actor] = (room, id)``; ``carrier[obj] = (actor, take id)``;
+    ``lying[obj] = (room or None, drop id, id of the dropper's move)``; ``trail[obj]`` = rooms the object
+    was known to be in, as (room, id of the statement that put it there), reset when it gets unknown.
+    """
+    where: dict[str, tuple[str, int]] = {}
+    carrier: dict[str, tuple[str, int]] = {}
+    lying: dict[str, tuple] = {}
+    trail: dict[str, list[tuple[str, int]]] = {}
+    for i, sentence in enumerate(story, start=1):
+        moved = _move(sentence)
+        if moved:
+            where[moved[0]] = (moved[1], i)
+            for obj, (actor, _) in carrier.items():
+                if actor == moved[0] and (not trail[obj] or trail[obj][-1][0] != moved[1]):
+                    trail[obj].append((moved[1], i))
+            continue
+        actor, rest = sentence.split(" ", 1)
+        obj = next(o for o in OBJECTS if rest.removesuffix(".").removesuffix(" there").endswith(f"the {o}"))
+        if any(rest.startswith(v + " ") for v in TAKE_VERBS):
+            assert obj not in carrier, sentence
+            carrier[obj] = (actor, i)
+            lying.pop(obj, None)
+            if actor in where:
+                room, move_id = where[actor]
+                if not trail.get(obj) or trail[obj][-1][0] != room:
+                    trail.setdefault(obj, []).append((room, move_id))
             else:
-                assert any(rest.startswith(v + " ") for v in DROP_VERBS), sentence
-                assert carrier.pop(obj) == actor
-                lying[obj] = where[actor]
+                trail[obj] = []
+        else:
+            assert any(rest.startswith(v + " ") for v in DROP_VERBS), sentence
+            assert carrier.pop(obj)[0] == actor, sentence
+            lying[obj] = (where[actor][0], i, where[actor][1]) if actor in where else (None, i, 0)
+    return where, carrier, lying, trail
+
+
+def _solve(ex: Example) -> tuple[str, list[int]]:
+    """The answer and the supporting statement ids (1-based, in the story) of a task 2 or 3 question."""
+    where, carrier, lying, trail = _replay(ex.story)
+    if ex.question.startswith("Where is the "):
         obj = ex.question.removeprefix("Where is the ").removesuffix("?")
-        expected = where[carrier[obj]] if obj in carrier else lying[obj]
-        assert ex.answer == expected, (ex.story, ex.question)
+        if obj in carrier:
+            actor, take_id = carrier[obj]
+            room, move_id = where[actor]
+            assert move_id > take_id  # the carrier moved after taking it
+            return room, [take_id, move_id]
+        room, drop_id, move_id = lying[obj]
+        assert room is not None
+        return room, [drop_id, move_id]
+    obj, before = ex.question.removeprefix("Where was the ").removesuffix("?").split(" before the ")
+    room, drop_id, _ = lying[obj]  # official qa3 (v1.2) asks about objects lying where dropped
+    rooms = [r for r, _ in trail[obj]]
+    assert rooms[-1] == room, (rooms, ex.question)
+    j = len(rooms) - 1 - rooms[::-1].index(before)  # "before the X": before its last visit to X
+    assert j >= 1
+    return rooms[j - 1], [drop_id, trail[obj][j][1], trail[obj][j - 1][1]]
+
+
+@pytest.mark.parametrize("task", [2, 3])
+def test_answers_and_supporting_facts_by_replaying_the_story(task):
+    examples = generate_task(task, 600, seed=2)
+    for ex in examples:
+        answer, support = _solve(ex)
+        assert (ex.answer, ex.supporting) == (answer, support), (ex.story, ex.question)
+        assert len(set(ex.supporting)) == task
+        assert all(babi.statement_kind(s) in ("move", "take", "drop") for s in ex.story)
+    # the official phrasing: takes always end in "there" for qa2, seldom for qa3
+    there = babi.story_statistics(examples)["there"]["take"]
+    assert there == 1.0 if task == 2 else 0.1 < there < 0.35
+
+
+def test_solver_reads_the_official_v12_qa3_story():
+    """The replay solver agrees with the first story of the official qa3 (v1.2) test file."""
+    for ex in parse_babi(OFFICIAL_QA3):
+        assert _solve(ex) == (ex.answer, ex.supporting), ex.question
+
+
+def test_task1_stories_as_official():
+    """qa1: 2, 4, 6, 8, 10 statements before the 5 questions of a story, one supporting fact each."""
+    examples = generate_task(1, 500, seed=0)
+    assert [len(ex.story) for ex in examples[:10]] == [2, 4, 6, 8, 10] * 2
+    assert {len(ex.story) for ex in examples} == {2, 4, 6, 8, 10}
+    assert all(len(ex.supporting) == 1 for ex in examples)
+
+
+def _quantiles(values):
+    a = np.asarray(values, dtype=float)
+    return dict(zip(("mean", "q10", "q25", "q50", "q75", "q90"), [a.mean(), *np.percentile(a, [10, 25, 50, 75, 90])]))
+
+
+@pytest.mark.parametrize("task", [1, 2, 3])
+def test_generated_lengths_match_the_official_distribution(task):
+    """Mean and quantiles of statements and tokens per question against ``OFFICIAL_STATS``."""
+    stats = babi.story_statistics(generate_task(task, 2000, seed=7))
+    official = babi.OFFICIAL_STATS[task]
+    got = _quantiles(stats["tokens"])
+    assert got["mean"] == pytest.approx(official["tokens"]["mean"], rel=0.04)
+    got = _quantiles(stats["statements"])
+    assert got["mean"] == pytest.approx(official["statements"]["mean"], rel=0.04)
+    if task == 2:  # 90 official questions: quantiles within a statement pair (+- 2) or 10 %
+        for q in ("q10", "q25", "q50", "q75", "q90"):
+            assert abs(got[q] - official["statements"][q]) <= max(2.0, 0.1 * official["statements"][q]), q
+        tokens = _quantiles(stats["tokens"])
+        for q in ("q25", "q50", "q75", "q90"):
+            assert tokens[q] == pytest.approx(official["tokens"][q], rel=0.06), q
+    if task == 3:  # one official story: its questions lie within the generated 10-90 % range
+        assert got["q10"] <= official["statements"]["q25"] and official["statements"]["q75"] <= got["q90"]
+    distractors = np.mean(stats["distractors"])
+    assert distractors == pytest.approx(np.mean(stats["statements"]) - task, rel=0.01)
+    if task > 1:
+        assert distractors == pytest.approx(official["distractors"]["mean"], rel=0.06)
+    for kind, share in official["kinds"].items():
+        assert stats["kinds"][kind] == pytest.approx(share, abs=0.03), kind
+
+
+@pytest.mark.parametrize("task", [1, 2, 3])
+def test_vocabulary_size_as_official(task):
+    examples = generate_task(task, 1000, seed=0)
+    words = {t for ex in examples for t in tokenize(" ".join(ex.story)) + tokenize(ex.question)}
+    assert len(words) + len(SPECIALS) == babi.OFFICIAL_STATS[task]["vocab"]
+
+
+def test_statement_kind_rejects_other_text():
+    assert babi.statement_kind("Mary put down the milk there.") == "drop"
+    with pytest.raises(ValueError, match="statement"):
+        babi.statement_kind("Mary passed the milk to John.")
 
 
 OFFICIAL = """1 Mary moved to the bathroom.
@@ -94,6 +211,69 @@ OFFICIAL = """1 Mary moved to the bathroom.
 9 Where is Daniel? \thallway\t4 1
 1 Sandra travelled to the office.
 2 Where is Sandra? \toffice\t1
+"""
+
+
+# First story of the official qa3 test file of bAbI v1.2 (see OFFICIAL_STATS in roar.data.babi).
+OFFICIAL_QA3 = """1 Mary got the milk.
+2 John moved to the bedroom.
+3 Daniel journeyed to the office.
+4 John grabbed the apple there.
+5 John got the football.
+6 John journeyed to the garden.
+7 Mary left the milk.
+8 John left the football.
+9 Daniel moved to the garden.
+10 Daniel grabbed the football.
+11 Mary moved to the hallway.
+12 Mary went to the kitchen.
+13 John put down the apple there.
+14 John picked up the apple.
+15 Sandra moved to the hallway.
+16 Daniel left the football there.
+17 Daniel took the football.
+18 John travelled to the kitchen.
+19 Daniel dropped the football.
+20 John dropped the apple.
+21 John grabbed the apple.
+22 John went to the office.
+23 Sandra went back to the bedroom.
+24 Sandra took the milk.
+25 John journeyed to the bathroom.
+26 John travelled to the office.
+27 Sandra left the milk.
+28 Mary went to the bedroom.
+29 Mary moved to the office.
+30 John travelled to the hallway.
+31 Sandra moved to the garden.
+32 Mary moved to the kitchen.
+33 Daniel took the football.
+34 Mary journeyed to the bedroom.
+35 Mary grabbed the milk there.
+36 Mary discarded the milk.
+37 John went to the garden.
+38 John discarded the apple there.
+39 Where was the apple before the bathroom? \toffice\t38 25 22
+40 Sandra travelled to the bedroom.
+41 Daniel moved to the bathroom.
+42 Where was the apple before the hallway? \toffice\t38 30 26
+43 Sandra got the milk.
+44 Daniel travelled to the garden.
+45 Where was the apple before the hallway? \toffice\t38 30 26
+46 Sandra went back to the bathroom.
+47 Daniel took the apple there.
+48 Mary went back to the hallway.
+49 Daniel went to the hallway.
+50 Sandra went to the kitchen.
+51 Mary journeyed to the bedroom.
+52 Sandra journeyed to the hallway.
+53 Daniel put down the apple.
+54 Daniel put down the football there.
+55 Sandra journeyed to the garden.
+56 Where was the football before the garden? \tbathroom\t54 44 41
+57 Mary travelled to the office.
+58 Sandra dropped the milk.
+59 Where was the football before the garden? \tbathroom\t54 44 41
 """
 
 
@@ -113,7 +293,7 @@ def test_parse_official_format_snippet():
 
 
 def test_task_files_round_trip(tmp_path):
-    train_path, test_path = write_task_files(tmp_path, 1, 30, 10, seed=0)
+    train_path, _ = write_task_files(tmp_path, 1, 30, 10, seed=0)
     assert train_path.name == "qa1_single-supporting-fact_train.txt"
     train, test = read_task_files(tmp_path, 1)
     assert train == generate_task(1, 30, 0)
@@ -199,7 +379,7 @@ def test_prepare_vocabulary_ignores_val_and_test_words(tmp_path, monkeypatch):
     """Words that occur only in the test set (or in examples split off to validation) become [UNK]."""
     real = babi.generate_task
 
-    def fake(task, n, seed, allow_passing=False):
+    def fake(task, n, seed):
         examples = real(task, n, seed)
         if seed != 0:  # the test set: a word never seen in training
             examples[0] = Example(["Zebra went to the kitchen."], "Where is Zebra?", "kitchen", [1])
