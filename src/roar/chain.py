@@ -20,6 +20,7 @@ from roar.data.storage import DatasetMeta, Split, read_dataset, vocab_size, writ
 from roar.errors import RoarError
 from roar.faults import at_step, failpoint
 from roar.fileio import content_hash, write_json_atomic
+from roar.leakage import leakage
 from roar.masking import mask_split, masked_fraction
 from roar.params import section
 from roar.paths import Layout, step_dir
@@ -44,14 +45,16 @@ class ChainSpec:
 
 def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
               importance: dict[str, np.ndarray] | None = None, batch_size: int = 128,
-              progress: bool = True, meta: DatasetMeta | None = None) -> tuple[dict[str, Split], dict[str, np.ndarray], float]:
+              progress: bool = True, meta: DatasetMeta | None = None,
+              target: str = "gold") -> tuple[dict[str, Split], dict[str, np.ndarray], float]:
     """One (Recursive) ROAR step: importance on ``data`` by ``model``, then mask up to ``k``.
 
     Recursive ROAR passes the previous step's masked data and model; plain ROAR passes the
     unmasked data, the k = 0 model, and the importance computed once (``importance``), since
     it does not change with k. Masks accumulate: already-masked tokens count towards k.
 
-    ``meta`` supplies the mask id and the never-masked ids (default: the word vocabulary's).
+    ``meta`` supplies the mask id and the never-masked ids (default: the word vocabulary's);
+    ``target`` the class the gradient measures explain (``gold`` or ``predicted``).
 
     Returns:
         The masked splits, the importance used (``{split: [N, L]}``) and the seconds spent on it.
@@ -62,7 +65,7 @@ def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
     if importance is None:
         importance = {}
         for name, split in data.items():
-            importance[name] = compute_importance(measure, model, split, name, batch_size, progress)
+            importance[name] = compute_importance(measure, model, split, name, batch_size, progress, target)
             failpoint("importance")
     seconds = time.perf_counter() - start
     ids = {} if meta is None else {"mask_id": meta.mask_id, "unmaskable_ids": meta.unmaskable_ids}
@@ -105,6 +108,7 @@ class ChainRunner(Runner):
         """Run every step of a chain (reusing finished ones whose inputs and code still match) and
         return its result records."""
         from roar.importance import MEASURE_MODULES, check_supported
+        from roar.importance.registry import measure_class
 
         check_supported(spec.measure, spec.model)
         layout, key = self.layout, _chain_key(spec)
@@ -114,6 +118,10 @@ class ChainRunner(Runner):
         step_params = {"strategy": self.study.strategy, "importance": dict(imp_params.get(spec.measure) or {}),
                        "batch_size": int(imp_params.get("batch_size", 128)),
                        "train": asdict(self.train_config(spec.model, spec.dataset))}
+        # The explained class matters only to the measures that explain one (the gradient family).
+        target = str(imp_params.get("target", "gold")) if measure_class(spec.measure).explains_class else "none"
+        if target != "none":
+            step_params["target"] = target
         # Everything that makes a step's numbers, besides its input data and model.
         recipe = {"params": step_params, "spec": asdict(spec), "libraries": library_versions(),
                   "code": chain_code_fingerprint(MEASURE_MODULES[spec.measure])}
@@ -123,7 +131,8 @@ class ChainRunner(Runner):
             recipe["embeddings"] = _check_vectors(k0_model, spec, step_params["train"]["embeddings"])
         meta, base_splits = read_dataset(prepared)
         base = StepInput(prepared, content_hash(prepared), k0_model, content_hash(k0_model), base_splits)
-        tags = chain_tags(spec.dataset, spec.model, spec.measure, spec.seed, self.study.strategy, spec.recursive)
+        tags = {**chain_tags(spec.dataset, spec.model, spec.measure, spec.seed, self.study.strategy, spec.recursive),
+                "roar.target": target}
         context = _ChainContext(spec, meta, folders, recipe, tags, (prepared / "vocab.json").read_text(),
                                 vocab_size(prepared))
         previous, records = base, []
@@ -160,7 +169,8 @@ class ChainRunner(Runner):
         with self.tracker.run("step", f"k={k}", chain_run, step_tags, {"k": k}) as step_run:
             with self.tracker.run("importance", f"{spec.measure} k={k}", step_run, step_tags) as imp_run:
                 self.tracker.log_dataset(imp_run, spec.dataset, source.data_dir, source.data_hash, "importance")
-                cached = ctx.importance_cache.get((source.data_hash, source.model_hash))
+                # (importance, share of predicted == gold per split) of inputs already explained
+                cached, explained = ctx.importance_cache.get((source.data_hash, source.model_hash), (None, {}))
                 measure = model = None
                 if cached is None:
                     measure = make_measure(spec.measure, seed=spec.seed, train_split=splits["train"],
@@ -168,26 +178,36 @@ class ChainRunner(Runner):
                                            ig_samples=int(measure_params.get("samples", 50)),
                                            ig_max_rows=measure_params.get("max_rows"))
                     model = load_model(source.model_dir) if measure.needs_model else None
+                target = ctx.recipe["params"].get("target", "gold")
                 masked, importance, seconds = roar_step(splits, model, measure, k, self.study.strategy, cached,
-                                                        ctx.recipe["params"]["batch_size"], self.progress, ctx.meta)
+                                                        ctx.recipe["params"]["batch_size"], self.progress, ctx.meta,
+                                                        target)
+                if model is not None and target == "predicted":
+                    from roar.importance.base import prediction_agreement
+
+                    explained = {f"predicted_is_gold_{name}": prediction_agreement(model, split)
+                                 for name, split in splits.items()}
                 if not spec.recursive:  # plain ROAR explains the same inputs at every step
-                    ctx.importance_cache[(source.data_hash, source.model_hash)] = importance
+                    ctx.importance_cache[(source.data_hash, source.model_hash)] = (importance, explained)
                 n_examples = sum(len(split) for split in masked.values())
                 self.tracker.log_params(imp_run, {"measure": spec.measure, **measure_params})
                 self.tracker.log_metrics(imp_run, {"seconds": seconds, "examples": n_examples,
-                                                   "examples_per_second": n_examples / max(seconds, 1e-9)})
+                                                   "examples_per_second": n_examples / max(seconds, 1e-9),
+                                                   **explained})
             out_data, out_model = step_dir(ctx.folders[0], k), step_dir(ctx.folders[1], k)
             write_dataset(out_data, ctx.meta, ctx.vocab_json, masked)
             failpoint("data-written")
             data_hash = content_hash(out_data)
+            leak = leakage(masked, ctx.meta, json.loads(ctx.vocab_json), spec.seed)
             self.tracker.log_dataset(step_run, f"{spec.dataset}-k{k}", out_data, data_hash, "train")
             point, model_hash = self._train_and_save(step_run, {**step_tags, "roar.data_hash": data_hash}, ctx.meta,
                                                      out_data, masked, spec.model, spec.seed, out_model)
             failpoint("model-written")
             self.tracker.log_metrics(step_run, {point["metric"]: point["value"], "masked_fraction": masked_fraction(
-                masked["train"], ctx.meta.mask_id, ctx.meta.unmaskable_ids)})
+                masked["train"], ctx.meta.mask_id, ctx.meta.unmaskable_ids), **leak})
         record = {"dataset": spec.dataset, "model": spec.model, "measure": spec.measure, "recursive": spec.recursive,
-                  "strategy": self.study.strategy, "seed": spec.seed, "k": k, **point, "importance_seconds": seconds,
+                  "strategy": self.study.strategy, "seed": spec.seed, "k": k, "target": ctx.tags["roar.target"], **point,
+                  "leakage": leak, **explained, "importance_seconds": seconds,
                   "data_hash": data_hash, "model_hash": model_hash, "input_data_hash": source.data_hash,
                   "input_model_hash": source.model_hash, "data_path": str(out_data), "model_path": str(out_model),
                   "step_key": step_key, "code_fingerprint": ctx.recipe["code"], "libraries": ctx.recipe["libraries"],
@@ -204,7 +224,7 @@ class ChainRunner(Runner):
                 "roar.data_hash": record["data_hash"], "roar.model_hash": record["model_hash"],
                 "roar.input_data_hash": record["input_data_hash"], "roar.input_model_hash": record["input_model_hash"]}
         with self.tracker.run("step", f"k={k} (reused)", chain_run, tags, {"k": k}) as step_run:
-            self.tracker.log_metrics(step_run, {record["metric"]: record["value"]})
+            self.tracker.log_metrics(step_run, {record["metric"]: record["value"], **record.get("leakage", {})})
 
     def log(self, message: str) -> None:
         print(f"[roar] {message}", file=sys.stderr)

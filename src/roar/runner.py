@@ -11,8 +11,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from roar.data.storage import DatasetMeta, Split, read_dataset
+from roar.data.storage import DatasetMeta, Split, read_dataset, read_vocab
 from roar.fileio import content_hash, write_json_atomic
+from roar.leakage import leakage
 from roar.params import Study, section, study_from_params
 from roar.paths import Layout
 from roar.tracking import Tracker, fingerprint
@@ -88,9 +89,10 @@ class Runner:
             with self.tracker.run("step", f"k={k}", chain_run, tags) as step_run:
                 self.tracker.log_dataset(step_run, f"{dataset}-{which}", data_dir, data_hash, "train")
                 point, model_hash = self._train_and_save(step_run, tags, meta, data_dir, splits, model, seed, out)
-                self.tracker.log_metrics(step_run, {point["metric"]: point["value"]})
+                leak = leakage(splits, meta, read_vocab(data_dir), seed)
+                self.tracker.log_metrics(step_run, {point["metric"]: point["value"], **leak})
         record = {"dataset": dataset, "model": model, "measure": "shared", "recursive": None,
-                  "strategy": self.study.strategy, "seed": seed, "k": k, **point, "data_hash": data_hash,
+                  "strategy": self.study.strategy, "seed": seed, "k": k, **point, "leakage": leak, "data_hash": data_hash,
                   "model_hash": model_hash, "data_path": str(data_dir), "model_path": str(out),
                   "chain_run_id": chain_run, "step_run_id": step_run, "study_run_id": self.study_run,
                   "git_commit": self.tracker.commit}

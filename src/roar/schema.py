@@ -124,6 +124,13 @@ def text(nullable: bool = False) -> Rule:
     return rule
 
 
+def one_of(allowed: tuple[str, ...]) -> Rule:
+    """One of the strings ``allowed``."""
+    def rule(value: object) -> str | None:
+        return None if value in allowed else f"must be one of {', '.join(allowed)}"
+    return rule
+
+
 def mapping(value: object) -> str | None:
     return None if isinstance(value, dict) else "must be a mapping (key: value)"
 
@@ -144,14 +151,14 @@ TRAIN_RULES: dict[str, Rule] = {
     "epochs": integer(1), "batch_size": integer(1), "lr": number(0, low_open=True), "weight_decay": number(0),
     "embedding_dim": integer(1), "hidden": integer(1), "attention_hidden": integer(1),
     "embeddings": text(nullable=True), "checkpoint": text(nullable=True),
-    "warmup_ratio": number(0, 1, high_open=True), "threads": integer(0),
+    "warmup_ratio": number(0, 1, high_open=True), "threads": integer(0), "patience": integer(1, nullable=True),
 }
 TRAIN_NOT_IN_PARAMS = ("model",)
 # importance.<measure>: the options each measure reads (plus the free-form ``note``).
 MEASURE_RULES: dict[str, dict[str, Rule]] = {
     "integrated-gradient": {"samples": integer(1), "max_rows": integer(1, nullable=True)},
 }
-IMPORTANCE_RULES: dict[str, Rule] = {"batch_size": integer(1)}
+IMPORTANCE_RULES: dict[str, Rule] = {"batch_size": integer(1), "target": one_of(("gold", "predicted"))}
 RUNTIME_RULES: dict[str, Rule] = {"threads": integer(0)}
 
 

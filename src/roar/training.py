@@ -114,6 +114,7 @@ def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig
             self.history.append({"epoch": epoch, "train_loss": self._loss_sum / max(self._loss_n, 1),
                                  f"val_{select_metric}": score})
             self._loss_sum, self._loss_n = 0.0, 0
+            self.log("val_select", score)  # read by the EarlyStopping callback (train.<m>.<d>.patience)
             if epoch == 0:
                 failpoint("train")
             if score > self.best_score:  # a NaN score never wins (see train())
@@ -147,7 +148,9 @@ def init_word_vectors(model: torch.nn.Module, config: TrainConfig, vocab: list[s
         raise ValueError(f"embeddings {config.embeddings!r} have {vectors.matrix.shape[1]} dimensions but "
                          f"embedding_dim={config.embedding_dim}; set embedding_dim to match")
     with torch.no_grad():
-        model.embedding.weight.copy_(torch.from_numpy(vectors.matrix))
+        for embedding in (model.embedding, getattr(model, "embedding2", None)):
+            if embedding is not None:
+                embedding.weight.copy_(torch.from_numpy(vectors.matrix))
     return vectors.coverage
 
 
@@ -186,7 +189,14 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
     # Deterministic kernels: on the CPU the same inputs, seed and thread count give byte-identical
     # weights (so a retrained model folder keeps its content hash). On a GPU, cuDNN's LSTM and
     # scatter/index kernels have no deterministic implementation; Lightning then warns instead.
-    trainer = L.Trainer(max_epochs=config.epochs, logger=False, enable_checkpointing=False,
+    callbacks = []
+    if config.patience:
+        from lightning.pytorch.callbacks import EarlyStopping
+
+        # Same rule as the best-weights copy: strictly better is an improvement; NaN never is.
+        callbacks.append(EarlyStopping("val_select", mode="max", patience=config.patience, min_delta=0.0,
+                                       check_finite=False))
+    trainer = L.Trainer(max_epochs=config.epochs, logger=False, enable_checkpointing=False, callbacks=callbacks,
                         enable_model_summary=False, enable_progress_bar=progress, num_sanity_val_steps=0,
                         deterministic=True if not torch.cuda.is_available() else "warn",
                         precision=trainer_precision(config))

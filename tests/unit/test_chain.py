@@ -184,3 +184,46 @@ def test_a_diverged_training_fails_with_one_line_instead_of_loading_no_weights(t
                          attention_hidden=4)  # steps of 1e30: the logits overflow to inf/NaN
     with pytest.raises(ValueError, match=r"non-finite validation accuracy in every epoch \(\[nan, nan\]\).*lower lr"):
         train(meta, vocab_size(folder), splits, config, 0, progress=False)
+
+
+def test_early_stopping_stops_after_patience_epochs_without_improvement(tmp_path: Path) -> None:
+    from roar.data.storage import vocab_size
+    from roar.models.config import TrainConfig
+    from roar.training import train
+
+    folder = tmp_path / "babi"
+    prepare("babi-1", folder, PrepareConfig(n_train=80, n_test=20))
+    meta, splits = read_dataset(folder)
+    # lr so small that the weights barely move: the validation accuracy of epoch 0 is never beaten
+    config = TrainConfig(model="bilstm-attention", epochs=20, batch_size=20, lr=1e-12, embedding_dim=8, hidden=4,
+                         attention_hidden=4, patience=3)
+    _, result = train(meta, vocab_size(folder), splits, config, 0, progress=False)
+    assert result.best_epoch == 0
+    assert [entry["epoch"] for entry in result.history] == [0, 1, 2, 3]  # epoch 0, then 3 without improvement
+    config.patience = None
+    config.epochs = 5
+    _, full = train(meta, vocab_size(folder), splits, config, 0, progress=False)
+    assert len(full.history) == 5
+
+
+def test_step_records_carry_the_target_and_the_leak_diagnostic(project: Path) -> None:
+    record = json.loads(_step(project, "results", "recursive", STEPS[0]).read_text())
+    assert record["target"] == "gold"
+    leak = record["leakage"]
+    assert set(leak) == {"mask_probe", "majority", "label_word_absent", "other_labels_visible"}
+    assert 0 <= leak["majority"] <= leak["mask_probe"] + 0.5 and 0 <= leak["label_word_absent"] <= 1
+    reference = json.loads((project / "results/babi-1/bilstm-attention/k0/s0.json").read_text())
+    assert reference["leakage"]["label_word_absent"] == 0.0  # nothing is masked at k = 0
+
+
+def test_the_explained_class_is_part_of_the_step_key(project: Path, monkeypatch) -> None:
+    params = tiny_params()
+    params["importance"]["target"] = "predicted"
+    runner = ChainRunner(params, Path("."), progress=False)
+    before = {k: json.loads(_step(project, "results", "roar", k).read_text()) for k in STEPS}
+    records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False))
+    assert [r["target"] for r in records] == ["predicted", "predicted"]
+    assert all(r["step_key"] != before[r["k"]]["step_key"] for r in records)
+    assert all(0 <= r["predicted_is_gold_test"] <= 1 for r in records)
+    random_records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "random", 0, True))
+    assert {r["target"] for r in random_records} == {"none"}

@@ -12,7 +12,7 @@ from roar.data.storage import Split
 from roar.importance import MEASURES
 from roar.importance.registry import make_measure
 from roar.importance.attention import AttentionImportance
-from roar.importance.base import compute_importance
+from roar.importance.base import compute_importance, explained_batch, prediction_agreement
 from roar.importance.gradient import GradientImportance
 from roar.importance.input_x_gradient import InputXGradientImportance
 from roar.importance.integrated_gradient import IntegratedGradientImportance
@@ -318,6 +318,59 @@ def test_compute_importance_fills_rows_and_zero_padding():
     real = real_positions(batch).numpy()
     np.testing.assert_allclose(out[real], direct[real], rtol=1e-5)
     assert np.all(out[~real] == 0)
+
+
+def test_predicted_target_explains_the_class_the_model_predicts():
+    model, batch = tiny_model(True), tiny_batch(True)
+    predicted = model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2).logits.argmax(-1)
+    assert (predicted != batch.labels).any()  # else the test could not tell the targets apart
+    assert explained_batch(model, batch, "gold") is batch
+    explained = explained_batch(model, batch, "predicted")
+    assert explained.labels.tolist() == predicted.tolist()
+    _, grad = one_hot_gradient(model, batch._replace(labels=predicted))
+    real = real_positions(batch)
+    got = GradientImportance().attribute(model, explained, batch.rows, "test")
+    torch.testing.assert_close(got[real], grad.norm(dim=-1)[real], rtol=1e-6, atol=1e-9)
+    gold = GradientImportance().attribute(model, batch, batch.rows, "test")
+    differs = predicted != batch.labels
+    assert not torch.allclose(got[differs], gold[differs])
+
+
+def test_compute_importance_target_reaches_class_measures_only():
+    model = tiny_model(True)
+    batch = tiny_batch(True)
+    split = Split.from_lists([batch.tokens[b, :n].tolist() for b, n in enumerate(batch.lengths.tolist())],
+                             batch.labels.tolist(),
+                             [batch.tokens2[b, :n].tolist() for b, n in enumerate(batch.lengths2.tolist())])
+    predicted = model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2).logits.argmax(-1)
+    out = compute_importance(GradientImportance(), model, split, "test", 2, False, target="predicted")
+    direct = GradientImportance().attribute(model, batch._replace(labels=predicted), batch.rows, "test").numpy()
+    real = real_positions(batch).numpy()
+    np.testing.assert_allclose(out[real], direct[real], rtol=1e-5)
+    assert prediction_agreement(model, split) == pytest.approx(float((predicted == batch.labels).float().mean()))
+    for measure in (AttentionImportance(), RandomImportance(3)):  # they explain no class: target is moot
+        np.testing.assert_array_equal(compute_importance(measure, model, split, "test", 2, False, "predicted"),
+                                      compute_importance(measure, model, split, "test", 2, False, "gold"))
+    with pytest.raises(ValueError, match="importance target 'silver' unknown; allowed: gold, predicted"):
+        explained_batch(model, batch, "silver")
+
+
+def test_only_the_gradient_family_explains_a_class():
+    from roar.importance.registry import measure_class
+
+    assert {name for name in MEASURES if measure_class(name).explains_class} == {
+        "gradient", "input-x-gradient", "integrated-gradient"}
+
+
+def test_paired_model_has_its_own_second_embedding_from_the_same_vectors():
+    model, batch = tiny_model(True), tiny_batch(True)
+    torch.testing.assert_close(model.embedding2.weight, model.embedding.weight)
+    before = model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2).logits
+    with torch.no_grad():
+        model.embedding2.weight.mul_(2.0)  # the question's vectors only
+    after = model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2).logits
+    assert not torch.allclose(before, after)
+    assert not hasattr(tiny_model(False), "embedding2")
 
 
 # --- the encoder -----------------------------------------------------------------------------

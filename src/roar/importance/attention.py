@@ -13,6 +13,7 @@ class AttentionImportance:
 
     name = "attention"
     needs_model = True
+    explains_class = False
 
     @torch.no_grad()
     def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:

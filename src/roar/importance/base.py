@@ -1,4 +1,4 @@
-"""What every importance measure shares: the interface and the gold-logit gradient."""
+"""What every importance measure shares: the interface, the explained class and its logit's gradient."""
 
 from __future__ import annotations
 
@@ -16,19 +16,42 @@ class ImportanceMeasure(Protocol):
     """Scores each token of the first sequence; higher means more important.
 
     ``attribute`` returns ``[B, L]`` scores for a batch whose first sequence is ``[B, L]``;
-    values at padding positions are unspecified (masking never looks at them).
+    values at padding positions are unspecified (masking never looks at them). A measure with
+    ``explains_class`` explains the logit of ``batch.labels`` (see :func:`explained_batch`).
     """
 
     name: str
     needs_model: bool
+    explains_class: bool
 
     def attribute(self, model: torch.nn.Module | None, batch: Batch, example_ids: np.ndarray,
                   split_name: str) -> torch.Tensor: ...
 
 
-def gold_logit(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """``[B]`` logit of each example's gold class."""
+# The class whose logit the gradient measures explain: the gold label (the paper), or the class the
+# model predicts (cannot put the gold label into the mask pattern; see README "label leak").
+TARGETS = ("gold", "predicted")
+
+
+def explained_logit(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``[B]`` logit of each example's explained class ``labels``."""
     return logits.gather(1, labels[:, None]).squeeze(1)
+
+
+@torch.no_grad()
+def predicted_labels(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """``[B]`` the class ``model`` predicts for each example of ``batch``."""
+    return model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2).logits.argmax(-1)
+
+
+def explained_batch(model: torch.nn.Module | None, batch: Batch, target: str) -> Batch:
+    """``batch`` with ``labels`` set to the class to explain: unchanged for ``gold``, the model's
+    prediction for ``predicted``."""
+    if target not in TARGETS:
+        raise ValueError(f"importance target {target!r} unknown; allowed: {', '.join(TARGETS)}")
+    if target == "gold" or model is None:
+        return batch
+    return batch._replace(labels=predicted_labels(model, batch))
 
 
 def _rnn_backward_allowed():
@@ -37,7 +60,8 @@ def _rnn_backward_allowed():
 
 
 def embedding_gradient(model: torch.nn.Module, batch: Batch, embeddings: torch.Tensor) -> torch.Tensor:
-    """``[B, L, D]`` gradient of the gold logit with respect to the given first-sequence embeddings.
+    """``[B, L, D]`` gradient of the explained class's logit (``batch.labels``) with respect to the
+    given first-sequence embeddings.
 
     Examples are independent in the model, so the gradient of the summed gold logits gives
     every example's own gradient in one backward pass.
@@ -45,13 +69,27 @@ def embedding_gradient(model: torch.nn.Module, batch: Batch, embeddings: torch.T
     embeddings = embeddings.detach().requires_grad_(True)
     with torch.enable_grad(), _rnn_backward_allowed():
         logits = model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2, inputs_embeds=embeddings).logits
-        (grad,) = torch.autograd.grad(gold_logit(logits, batch.labels).sum(), embeddings)
+        (grad,) = torch.autograd.grad(explained_logit(logits, batch.labels).sum(), embeddings)
     return grad
 
 
+def prediction_agreement(model: torch.nn.Module, split: Split, batch_size: int = 256) -> float:
+    """Share of ``split``'s examples whose predicted class is the gold one (what ``target: predicted``
+    explains instead of the gold class)."""
+    from roar.models.batching import iterate_batches
+
+    device = next(model.parameters()).device
+    agree = sum(int((predicted_labels(model, batch.to(device)) == batch.labels.to(device)).sum())
+                for batch in iterate_batches(split, batch_size))
+    return agree / max(len(split), 1)
+
+
 def compute_importance(measure: ImportanceMeasure, model: torch.nn.Module | None, split: Split, split_name: str,
-                       batch_size: int = 128, progress: bool = True) -> np.ndarray:
-    """``[N, L]`` float32 importance of every first-sequence token of ``split`` (0 on padding)."""
+                       batch_size: int = 128, progress: bool = True, target: str = "gold") -> np.ndarray:
+    """``[N, L]`` float32 importance of every first-sequence token of ``split`` (0 on padding).
+
+    ``target`` (:data:`TARGETS`) picks the class that measures with ``explains_class`` explain.
+    """
     from tqdm.auto import tqdm
 
     from roar.models.batching import iterate_batches
@@ -65,7 +103,10 @@ def compute_importance(measure: ImportanceMeasure, model: torch.nn.Module | None
     total = -(-len(split) // batch_size)
     for batch in tqdm(batches, total=total, desc=f"{measure.name} on {split_name}", disable=not progress,
                       leave=False):
-        scores = measure.attribute(model, batch.to(device), split.index[batch.rows], split_name)
+        batch = batch.to(device)
+        if getattr(measure, "explains_class", False):
+            batch = explained_batch(model, batch, target)
+        scores = measure.attribute(model, batch, split.index[batch.rows], split_name)
         scores = scores.detach().float().cpu().numpy()
         inside = np.arange(scores.shape[1])[None, :] < split.lengths[batch.rows, None]
         out[batch.rows, : scores.shape[1]] = np.where(inside, scores, 0.0)

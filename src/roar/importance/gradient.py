@@ -1,4 +1,4 @@
-"""Gradient importance: the L2 norm of the gold logit's gradient with respect to the one-hot input."""
+"""Gradient importance: the L2 norm of the explained class logit's gradient with respect to the one-hot input (gold class by default)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ class GradientImportance:
 
     name = "gradient"
     needs_model = True
+    explains_class = True
 
     def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         grad = embedding_gradient(model, batch, model.embed(batch.tokens))

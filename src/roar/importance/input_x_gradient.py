@@ -10,10 +10,11 @@ from roar.models.batching import Batch
 
 
 class InputXGradientImportance:
-    """Absolute dot product of each token's embedding and the gold logit's gradient there."""
+    """Absolute dot product of each token's embedding and the explained class logit's gradient there."""
 
     name = "input-x-gradient"
     needs_model = True
+    explains_class = True
 
     def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         embeddings = model.embed(batch.tokens).detach()

@@ -35,6 +35,7 @@ class RandomImportance:
 
     name = "random"
     needs_model = False
+    explains_class = False
 
     def __init__(self, seed: int = 0):
         self.seed = seed

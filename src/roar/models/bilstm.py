@@ -74,7 +74,7 @@ class BiLSTMAttention(nn.Module):
     """BiLSTM-attention for one sequence (SST, IMDB, MIMIC) or a pair (SNLI, bAbI).
 
     Single: embedding -> BiLSTM -> additive tanh attention -> linear.
-    Paired: separate BiLSTMs for both sequences; attention over the first conditioned on the
+    Paired: separate embeddings and BiLSTMs for both sequences; attention over the first conditioned on the
     second's final state q, ``v . tanh(W1 h_t + W1' q)``; decoder ``tanh(Wp c + Wq q)`` -> linear.
 
     Args:
@@ -98,6 +98,10 @@ class BiLSTMAttention(nn.Module):
         self.attention_in = nn.Linear(2 * hidden, attention_hidden)
         self.attention_out = nn.Linear(attention_hidden, 1, bias=False)
         if paired:
+            # The second sequence has its own embedding matrix, starting from the same vectors (the
+            # paper's setup); the gradient measures use the first sequence's matrix.
+            self.embedding2 = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
+            self.embedding2.weight.data.copy_(self.embedding.weight.data)
             self.encoder2 = BiLSTMEncoder(embedding_dim, hidden)
             self.attention_query = nn.Linear(2 * hidden, attention_hidden, bias=False)
             self.decoder_context = nn.Linear(2 * hidden, hidden)
@@ -125,7 +129,7 @@ class BiLSTMAttention(nn.Module):
         mask = padding_mask(lengths, tokens.shape[1])
         hidden = self.attention_in(states)
         if self.paired:
-            _, query = self.encoder2(self.embedding(tokens2), lengths2)
+            _, query = self.encoder2(self.embedding2(tokens2), lengths2)
             hidden = hidden + self.attention_query(query)[:, None, :]
         attention = masked_softmax(self.attention_out(torch.tanh(hidden)).squeeze(-1), mask)
         context = torch.einsum("bl,bld->bd", attention, states)

@@ -25,6 +25,9 @@ class TrainConfig:
     checkpoint: str | None = None  # transformer: HF checkpoint name or local directory
     warmup_ratio: float = 0.06  # transformer: linear warm-up share of the steps, then linear decay
     threads: int = 0  # torch CPU threads; 0 keeps torch's default
+    # Early stopping: stop when the validation metric has not improved for this many epochs
+    # (the best-validation weights are kept either way); None trains all ``epochs``.
+    patience: int | None = None
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -38,6 +41,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "embedding_dim", "hidden", "attention_hidden"):
             if getattr(config, name) < 1:
                 raise ValueError(f"training parameter {name}={getattr(config, name)!r} must be >= 1")
+        if config.patience is not None and config.patience < 1:
+            raise ValueError(f"training parameter patience={config.patience!r} must be >= 1 or null")
         if not 0 <= config.warmup_ratio < 1:
             raise ValueError(f"training parameter warmup_ratio={config.warmup_ratio!r} must be in [0, 1)")
         return config
