@@ -16,7 +16,7 @@ MEASURE_STYLE = {  # random is drawn distinct: black, dashed
 }
 
 
-def _save(fig, out: Path, stem: str) -> list[Path]:
+def save_figure(fig, out: Path, stem: str) -> list[Path]:
     """Write PNG and PDF without timestamps, so the same data gives the same files."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
@@ -55,7 +55,7 @@ def curve_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
         handles, labels = axes[0][-1].get_legend_handles_labels()
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
         fig.tight_layout()
-        written += _save(fig, out, f"curves-{dataset}-{model}")
+        written += save_figure(fig, out, f"curves-{dataset}-{model}")
         plt.close(fig)
     return written
 
@@ -96,6 +96,6 @@ def racu_figure(racu: pd.DataFrame, out: Path) -> list[Path]:
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    written = _save(fig, out, "racu")
+    written = save_figure(fig, out, "racu")
     plt.close(fig)
     return written

@@ -394,6 +394,11 @@ def statistics_text() -> list[str]:
     ]
 
 
+def importance_target(params: dict) -> str:
+    """The study's ``importance.target`` (gold when unset, as in the paper)."""
+    return str((params.get("importance") or {}).get("target", "gold"))
+
+
 def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], figures: list[Path], commit: str,
                   excluded: list[dict] | None = None) -> str:
     """The human report: settings, seeds, commit, tables, figures, what was left out, where each number comes from."""
@@ -408,6 +413,7 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
              f"* measures (plain ROAR): {', '.join(study.roar_measures) or 'none'}",
              f"* seeds: {', '.join(map(str, study.seeds))} ({len(study.seeds)}); strategy: {study.strategy}; "
              f"steps: 0, {', '.join(map(str, study.steps))}" + (f", {study.end_k}" if study.end_k else ""),
+             f"* importance target: {importance_target(params)} (the class the gradient measures explain)",
              f"* curve points: {len(points)} (`points.csv`), metric: {', '.join(sorted(points['metric'].unique()))}",
              "", "## Faithfulness (RACU)", "", *statistics_text(), "",
              racu_markdown(tables["racu"]), racu_seeds_markdown(per_seed, study),
@@ -416,8 +422,14 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
              "`curves.csv` gives n and the method per point)."]
     lines.append("")
     for path in figures:
-        if path.suffix == ".png":
+        if path.suffix == ".png" and not path.stem.startswith("leakage-"):
             lines += [f"![{path.stem}](figures/{path.name})", ""]
+    if "leakage" in tables:
+        from roar.leakage_report import leakage_markdown
+
+        lines += ["## Label leak", "", leakage_markdown(tables["leakage"], importance_target(params)), ""]
+        lines += [f"![{p.stem}](figures/{p.name})" + "\n" for p in figures
+                  if p.suffix == ".png" and p.stem.startswith("leakage-")]
     lines += ["## Files", "",
               "* `points.csv`: one row per curve point and seed (the numbers every other file is computed from)",
               "* `curves.csv`: mean and 95 % interval over seeds per point (`interval` names the method)",
@@ -425,6 +437,8 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
               "* `racu.csv`: RACU per chain (fractions): mean of the unclipped per-seed values, interval bounds, "
               "number of seeds, interval method",
               "* `excluded.csv`: every seed or measure left out of the RACU, with the reason",
+              "* `leakage.csv`: per chain and k, the mean curve, its rise from the previous k, the mask-probe "
+              "accuracy, the majority-class accuracy and (bAbI) the answer-absent share, means over seeds",
               "* `racu.md`, `racu.tex`: the RACU tables; `figures/`: PNG and PDF figures",
               "* `roar audit DATASET MODEL MEASURE SEED K` prints the data and model versions behind any point", ""]
     return "\n".join(lines)
@@ -439,14 +453,18 @@ def write_report(params: dict, results: Path, out: Path, commit: str = "") -> di
     """
     from roar.figures import curve_figures, racu_figure
 
+    from roar.leakage_report import collect_leakage, leakage_figures, summarise_leakage
+
     study = study_from_params(params)
-    points = collect_points(read_records(results), study)
+    records = read_records(results)
+    points = collect_points(records, study)
     if points.empty:
         raise ValueError(f"no results of study {study.name!r} under {results}")
     per_seed, excluded = racu_per_seed(points, study)
     warn_excluded(excluded)
     tables = {"points": points, "curves": summarise_curves(points), "racu_seeds": per_seed,
-              "racu": summarise_racu(per_seed), "excluded": excluded_frame(excluded)}
+              "racu": summarise_racu(per_seed), "excluded": excluded_frame(excluded),
+              "leakage": summarise_leakage(collect_leakage(records, study, points))}
     for name, frame in tables.items():
         write_text_atomic(out / f"{name}.csv", _csv(frame))
     write_text_atomic(out / "racu.md", "\n".join([racu_markdown(tables["racu"]), racu_seeds_markdown(per_seed, study),
@@ -454,6 +472,7 @@ def write_report(params: dict, results: Path, out: Path, commit: str = "") -> di
     write_text_atomic(out / "racu.tex", racu_tex(tables["racu"], per_seed, study))
     write_text_atomic(out / "racu.json", json.dumps(racu_metrics(tables["racu"]), indent=2, sort_keys=True) + "\n")
     write_plot_data(tables["curves"], out)
-    figures = curve_figures(tables["curves"], out / "figures") + racu_figure(tables["racu"], out / "figures")
+    figures = (curve_figures(tables["curves"], out / "figures") + racu_figure(tables["racu"], out / "figures")
+               + leakage_figures(tables["leakage"], out / "figures"))
     write_text_atomic(out / "README.md", report_readme(study, params, tables, figures, commit, excluded))
     return tables

@@ -1,0 +1,157 @@
+"""The label-leak section of the report: the diagnostics of :mod:`roar.leakage` per chain and k,
+beside the curves, with every step where the curve rises although more is masked."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from roar.params import Study
+
+CHAIN_KEYS = ["dataset", "model", "measure", "recursive", "strategy"]
+DIAGNOSTICS = ["mask_probe", "majority", "label_word_absent", "other_labels_visible", "predicted_is_gold_test"]
+LEAK_COLUMNS = [*CHAIN_KEYS, "k", "metric_mean", "metric_rise", "rises", *DIAGNOSTICS, "n_seeds"]
+# A curve "rises" at k when its mean over seeds is this much above the mean at the previous k (absolute,
+# in metric units): more than seed noise of a flat curve on these test sets (1,000 bAbI questions).
+RISE = 0.02
+
+
+def collect_leakage(records: list[dict], study: Study, points: pd.DataFrame) -> pd.DataFrame:
+    """One row per curve point and seed of ``points`` with the diagnostics of its dataset (shared k = 0 and
+    all-masked points take the reference records' values)."""
+    by_point: dict[tuple, dict] = {}
+    for r in records:
+        if "leakage" not in r:
+            continue
+        values = {**r["leakage"], "predicted_is_gold_test": r.get("predicted_is_gold_test", math.nan)}
+        if r["measure"] == "shared":
+            by_point[("shared", r["dataset"], r["model"], r["seed"], r["k"])] = values
+        else:
+            by_point[(r["measure"], r["recursive"], r["dataset"], r["model"], r["seed"], r["k"])] = values
+    rows = []
+    for p in points.itertuples(index=False):
+        values = by_point.get((p.measure, p.recursive, p.dataset, p.model, p.seed, p.k),
+                              by_point.get(("shared", p.dataset, p.model, p.seed, p.k)))
+        if values is None:
+            continue
+        rows.append({**{c: getattr(p, c) for c in [*CHAIN_KEYS, "seed", "k", "value"]},
+                     **{d: values.get(d, math.nan) for d in DIAGNOSTICS}})
+    return pd.DataFrame(rows, columns=[*CHAIN_KEYS, "seed", "k", "value", *DIAGNOSTICS])
+
+
+def summarise_leakage(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Means over seeds per chain and k, the curve's rise from the previous k, and the ``rises`` flag."""
+    rows = []
+    for key, chain in per_seed.groupby(CHAIN_KEYS, sort=True):
+        means = chain.groupby("k").mean(numeric_only=True).sort_index()
+        counts = chain.groupby("k")["seed"].nunique()
+        previous = math.nan
+        for k, row in means.iterrows():
+            rise = row["value"] - previous if not math.isnan(previous) else math.nan
+            rows.append(dict(zip(CHAIN_KEYS, key)) | {
+                "k": int(k), "metric_mean": row["value"], "metric_rise": rise,
+                "rises": bool(not math.isnan(rise) and rise > RISE),
+                **{d: row[d] for d in DIAGNOSTICS}, "n_seeds": int(counts[k])})
+            previous = row["value"]
+    return pd.DataFrame(rows, columns=LEAK_COLUMNS)
+
+
+def _pct(x: float) -> str:
+    return "—" if math.isnan(x) else f"{100 * x:.0f}"
+
+
+def leakage_markdown(summary: pd.DataFrame, target: str) -> str:
+    """The README section: what the diagnostics mean, the flagged rises, and a table per dataset/model."""
+    lines = [
+        f"Importance target: **{target}** (`importance.target`; the gradient measures explain the "
+        f"{'gold class, as in the paper' if target == 'gold' else 'class the model predicts'}; random and attention "
+        "explain no class).",
+        "",
+        "A measure that explains the gold class can put the label into the mask pattern; the next model may then "
+        "read the label from *where* the masks are, and its curve rises although more is masked. Two diagnostics "
+        "per masked dataset (test split; `leakage.csv`): **mask probe** = accuracy of a logistic regression that "
+        "sees only which positions are masked (from the start and from the end) and the second sequence's words, "
+        "against **majority** = always the most frequent class; a mask pattern chosen without the label stays near "
+        "majority. **answer absent** = share of test questions whose gold answer word is masked everywhere (tasks "
+        "whose classes are words).",
+        "",
+    ]
+    flagged = summary[summary["rises"] & (summary["measure"] != "random")]
+    if flagged.empty:
+        lines.append(f"No curve rises by more than {RISE:.2f} from one k to the next (mean over seeds).")
+    else:
+        lines.append(f"Curves that **rise** by more than {RISE:.2f} when more is masked (mean over seeds):")
+        lines.append("")
+        for r in flagged.itertuples(index=False):
+            mode = "recursive" if r.recursive else "roar"
+            lines.append(f"* {r.dataset}/{r.model}/{r.measure}/{mode} at k = {r.k}: {r.metric_mean:.3f} "
+                         f"(+{r.metric_rise:.3f}); mask probe {r.mask_probe:.3f} vs majority {r.majority:.3f}")
+    lines.append("")
+    for (dataset, model), frame in summary.groupby(["dataset", "model"], sort=True):
+        for recursive, panel in frame.groupby("recursive", sort=False):
+            ks = sorted(panel["k"].unique())
+            lines += [f"#### Mask probe accuracy (%), {dataset}/{model}, "
+                      f"{'Recursive ROAR' if recursive else 'ROAR'} (majority "
+                      f"{_pct(panel['majority'].mean())} %)", "",
+                      "| measure | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+            for measure, rows in panel.groupby("measure", sort=True):
+                cells = []
+                for k in ks:
+                    row = rows[rows["k"] == k]
+                    if row.empty:
+                        cells.append("")
+                        continue
+                    r = row.iloc[0]
+                    cell = _pct(r["mask_probe"])
+                    if not math.isnan(r["label_word_absent"]):
+                        cell += f" ({_pct(r['label_word_absent'])})"
+                    cells.append(f"**{cell}**↑" if r["rises"] else cell)
+                lines.append(f"| {measure} | " + " | ".join(cells) + " |")
+            lines += ["", "In parentheses: answer absent (%). ↑ = the curve rises here.", ""]
+    return "\n".join(lines)
+
+
+def leakage_figures(summary: pd.DataFrame, out: Path) -> list[Path]:
+    """Per dataset and model: the curves (top) above the mask probe (bottom), a column per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from roar.figures import MEASURE_STYLE, save_figure
+
+    written = []
+    for (dataset, model), frame in summary.groupby(["dataset", "model"], sort=True):
+        modes = sorted(frame["recursive"].unique(), reverse=True)
+        random = frame[frame["measure"] == "random"]
+        fig, axes = plt.subplots(2, len(modes), figsize=(5.5 * len(modes), 7), squeeze=False, sharex=True)
+        for column, recursive in enumerate(modes):
+            panel = frame[frame["recursive"] == recursive]
+            if not recursive:
+                panel = pd.concat([panel, random])
+            for measure, line in panel.groupby("measure", sort=True):
+                line = line.sort_values("k")
+                style = MEASURE_STYLE.get(measure, {})
+                axes[0][column].plot(line["k"], line["metric_mean"], marker="o", markersize=3, label=measure, **style)
+                rises = line[line["rises"] & (line["measure"] != "random")]
+                axes[0][column].scatter(rises["k"], rises["metric_mean"], s=80, facecolors="none",
+                                        edgecolors="crimson", zorder=3)
+                axes[1][column].plot(line["k"], line["mask_probe"], marker="o", markersize=3, label=measure, **style)
+            axes[1][column].plot(panel.sort_values("k")["k"].unique(),
+                                 [panel["majority"].mean()] * len(panel["k"].unique()), color="grey", linestyle=":",
+                                 label="majority class")
+            axes[0][column].set_title(f"{dataset}, {model}: {'Recursive ROAR' if recursive else 'ROAR'}")
+            axes[1][column].set_xlabel("masked tokens (%)" if panel["strategy"].iloc[0] == "quantile"
+                                       else "masked tokens")
+            for ax in axes[:, column]:
+                ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("test metric (circled: rises)")
+        axes[1][0].set_ylabel("mask-pattern probe accuracy")
+        handles, labels = axes[1][-1].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+        fig.tight_layout()
+        written += save_figure(fig, out, f"leakage-{dataset}-{model}")
+        plt.close(fig)
+    return written

@@ -1,0 +1,69 @@
+"""The report's label-leak table: joins, means over seeds and the rise flag, hand-computed."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from roar.leakage_report import RISE, collect_leakage, leakage_markdown, summarise_leakage
+from roar.params import study_from_params
+from roar.report import collect_points
+
+STUDY = study_from_params({"study": {"name": "t", "datasets": ["babi-1"], "models": ["bilstm-attention"],
+                                     "measures": ["random", "gradient"], "roar_measures": [], "seeds": [0, 1],
+                                     "strategy": "quantile", "steps": [10, 20]}})
+
+
+def record(measure: str, seed: int, k: int, value: float, probe: float, absent: float | None = None) -> dict:
+    leak = {"mask_probe": probe, "majority": 0.2}
+    if absent is not None:
+        leak["label_word_absent"] = absent
+    return {"dataset": "babi-1", "model": "bilstm-attention", "measure": measure,
+            "recursive": None if measure == "shared" else True, "strategy": "quantile", "seed": seed, "k": k,
+            "metric": "accuracy", "value": value, "leakage": leak}
+
+
+RECORDS = [record("shared", s, 0, 1.0, 0.25, 0.0) for s in (0, 1)] + [
+    record("shared", s, 100, 0.2, 0.2, 1.0) for s in (0, 1)] + [
+    record("gradient", 0, 10, 0.30, 0.2, 0.5), record("gradient", 1, 10, 0.20, 0.3, 0.7),
+    record("gradient", 0, 20, 0.40, 0.5, 0.9), record("gradient", 1, 20, 0.30, 0.6, 0.9),  # mean 0.35: +0.10
+    record("random", 0, 10, 0.8, 0.2), record("random", 1, 10, 0.8, 0.2),
+    record("random", 0, 20, 0.7, 0.2), record("random", 1, 20, 0.7, 0.2)]
+
+
+def summary() -> pd.DataFrame:
+    points = collect_points(RECORDS, STUDY)
+    return summarise_leakage(collect_leakage(RECORDS, STUDY, points))
+
+
+def row(frame: pd.DataFrame, measure: str, k: int) -> pd.Series:
+    return frame[(frame["measure"] == measure) & (frame["k"] == k)].iloc[0]
+
+
+def test_means_over_seeds_and_shared_points_joined() -> None:
+    frame = summary()
+    assert sorted(frame[frame["measure"] == "gradient"]["k"]) == [0, 10, 20, 100]
+    r = row(frame, "gradient", 10)
+    assert r["metric_mean"] == pytest.approx(0.25) and r["mask_probe"] == pytest.approx(0.25)
+    assert r["label_word_absent"] == pytest.approx(0.6) and r["n_seeds"] == 2
+    assert row(frame, "gradient", 0)["mask_probe"] == pytest.approx(0.25)  # the k = 0 reference's
+    assert math.isnan(row(frame, "random", 10)["label_word_absent"])  # not recorded -> NaN
+
+
+def test_rise_flag_hand_computed() -> None:
+    frame = summary()
+    r = row(frame, "gradient", 20)
+    assert r["metric_rise"] == pytest.approx(0.10) and r["rises"]
+    assert not row(frame, "gradient", 10)["rises"]  # 0.25 after 1.0: a fall
+    assert not row(frame, "gradient", 100)["rises"]  # 0.2 after 0.35
+    assert math.isnan(row(frame, "gradient", 0)["metric_rise"])
+    assert RISE < 0.10
+
+
+def test_markdown_names_the_rise_and_the_target() -> None:
+    text = leakage_markdown(summary(), "predicted")
+    assert "Importance target: **predicted**" in text
+    assert "babi-1/bilstm-attention/gradient/recursive at k = 20: 0.350 (+0.100); mask probe 0.550 vs majority 0.200" in text
+    assert "| gradient | 25 (0) | 25 (60) | **55 (90)**↑ | 20 (100) |" in text
