@@ -158,6 +158,49 @@ def summarise_racu(per_seed: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RACU_COLUMNS)
 
 
+COMPUTE_COLUMNS = ["dataset", "model", "measure", "recursive", "steps", "train_seconds", "importance_seconds",
+                   "total_seconds"]
+
+
+def compute_table(records: list[dict], study: Study) -> pd.DataFrame:
+    """Where the compute went: per chain (and the shared k = 0 / all-masked models) the seconds spent
+    training and computing importance, summed over the study's seeds and steps, as the step records
+    measured them (a reused step counts the time of the run that made it)."""
+    rows: dict[tuple, dict] = {}
+    wanted = set(study.chain_modes) | {("shared", None)}
+    for r in records:
+        if (r["dataset"] not in study.datasets or r["model"] not in study.models or r["seed"] not in study.seeds
+                or (r["measure"], r["recursive"]) not in wanted or "train_seconds" not in r):
+            continue
+        if r["measure"] != "shared" and r["k"] not in study.steps:
+            continue
+        key = (r["dataset"], r["model"], r["measure"], r["recursive"])
+        row = rows.setdefault(key, dict(zip(COMPUTE_COLUMNS[:4], key)) | {"steps": 0, "train_seconds": 0.0,
+                                                                          "importance_seconds": 0.0})
+        row["steps"] += 1
+        row["train_seconds"] += float(r["train_seconds"])
+        row["importance_seconds"] += float(r.get("importance_seconds", 0.0))
+    frame = pd.DataFrame(list(rows.values()), columns=COMPUTE_COLUMNS[:-1])
+    frame["total_seconds"] = frame["train_seconds"] + frame["importance_seconds"]
+    frame["recursive"] = frame["recursive"].astype(object)
+    return frame.sort_values(["dataset", "model", "measure"], key=lambda s: s.astype(str)).reset_index(drop=True)
+
+
+def compute_markdown(compute: pd.DataFrame) -> str:
+    """The compute table in hours, with the total."""
+    if compute.empty:
+        return "No step records with timings.\n"
+    lines = ["| dataset | model | chain | steps | training (h) | importance (h) | total (h) |", "|---|---|---|---|---|---|---|"]
+    for r in compute.itertuples(index=False):
+        chain = "k = 0 and all-masked models" if r.measure == "shared" else f"{r.measure} ({_mode(bool(r.recursive))})"
+        lines.append(f"| {r.dataset} | {r.model} | {chain} | {r.steps} | {r.train_seconds / 3600:.2f} | "
+                     f"{r.importance_seconds / 3600:.2f} | {r.total_seconds / 3600:.2f} |")
+    total = compute[["train_seconds", "importance_seconds", "total_seconds"]].sum() / 3600
+    lines.append(f"| all | | | {int(compute['steps'].sum())} | {total['train_seconds']:.2f} | "
+                 f"{total['importance_seconds']:.2f} | {total['total_seconds']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def excluded_frame(excluded: list[dict]) -> pd.DataFrame:
     """The records as a table; ``seed`` is empty where a record concerns the whole measure."""
     frame = pd.DataFrame(excluded, columns=EXCLUDED_COLUMNS)
@@ -430,6 +473,11 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
         lines += ["## Label leak", "", leakage_markdown(tables["leakage"], importance_target(params)), ""]
         lines += [f"![{p.stem}](figures/{p.name})" + "\n" for p in figures
                   if p.suffix == ".png" and p.stem.startswith("leakage-")]
+    if "compute" in tables:
+        lines += ["## Compute", "",
+                  "Seconds each process measured, summed over seeds and steps (process start-up, DVC and MLflow "
+                  "bookkeeping not included; chains running side by side each count their own time):", "",
+                  compute_markdown(tables["compute"])]
     lines += ["## Files", "",
               "* `points.csv`: one row per curve point and seed (the numbers every other file is computed from)",
               "* `curves.csv`: mean and 95 % interval over seeds per point (`interval` names the method)",
@@ -439,6 +487,7 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
               "* `excluded.csv`: every seed or measure left out of the RACU, with the reason",
               "* `leakage.csv`: per chain and k, the mean curve, its rise from the previous k, the mask-probe "
               "accuracy, the majority-class accuracy and (bAbI) the answer-absent share, means over seeds",
+              "* `compute.csv`: training and importance seconds per chain, summed over seeds and steps",
               "* `racu.md`, `racu.tex`: the RACU tables; `figures/`: PNG and PDF figures",
               "* `roar audit DATASET MODEL MEASURE SEED K` prints the data and model versions behind any point", ""]
     return "\n".join(lines)
@@ -464,7 +513,8 @@ def write_report(params: dict, results: Path, out: Path, commit: str = "") -> di
     warn_excluded(excluded)
     tables = {"points": points, "curves": summarise_curves(points), "racu_seeds": per_seed,
               "racu": summarise_racu(per_seed), "excluded": excluded_frame(excluded),
-              "leakage": summarise_leakage(collect_leakage(records, study, points))}
+              "leakage": summarise_leakage(collect_leakage(records, study, points)),
+              "compute": compute_table(records, study)}
     for name, frame in tables.items():
         write_text_atomic(out / f"{name}.csv", _csv(frame))
     write_text_atomic(out / "racu.md", "\n".join([racu_markdown(tables["racu"]), racu_seeds_markdown(per_seed, study),

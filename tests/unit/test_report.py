@@ -207,3 +207,27 @@ def test_one_seed_and_many_seeds(tmp_path):
     assert "† fewer than 5 seeds: with 1 seed there is no interval." in md
     five = racu_markdown(summarise_racu(per_seed([0.1, 0.2, 0.3, 0.4, 0.5])))
     assert "(n=5) |" in five and "†" not in five
+
+
+def test_compute_table_sums_seconds_per_chain_over_the_studys_seeds_and_steps() -> None:
+    from roar.params import study_from_params
+    from roar.report import compute_markdown, compute_table
+
+    study = study_from_params({"study": {"name": "t", "datasets": ["babi-1"], "models": ["bilstm-attention"],
+                                         "measures": ["random", "gradient"], "roar_measures": [], "seeds": [0, 1],
+                                         "strategy": "quantile", "steps": [10, 20]}})
+
+    def rec(measure, seed, k, train, importance=None):
+        r = {"dataset": "babi-1", "model": "bilstm-attention", "measure": measure, "seed": seed, "k": k,
+             "recursive": None if measure == "shared" else True, "train_seconds": train}
+        return r | ({} if importance is None else {"importance_seconds": importance})
+
+    records = [rec("shared", 0, 0, 100.0), rec("shared", 1, 0, 80.0), rec("shared", 0, 100, 20.0),
+               rec("gradient", 0, 10, 30.0, 5.0), rec("gradient", 1, 20, 40.0, 7.0),
+               rec("gradient", 2, 10, 999.0, 999.0),  # seed 2 is not in the study
+               rec("gradient", 0, 30, 999.0, 999.0)]  # k = 30 is not a step of the study
+    frame = compute_table(records, study).set_index("measure")
+    assert frame.loc["gradient", "steps"] == 2
+    assert frame.loc["gradient", "train_seconds"] == 70.0 and frame.loc["gradient", "importance_seconds"] == 12.0
+    assert frame.loc["shared", "total_seconds"] == 200.0
+    assert "| all | | | 5 | 0.07 | 0.00 | 0.08 |" in compute_markdown(compute_table(records, study))
