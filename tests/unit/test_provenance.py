@@ -73,3 +73,12 @@ def test_files_digest_changes_with_content_and_name(tmp_path: Path) -> None:
 def test_library_versions_name_torch_and_transformers() -> None:
     versions = provenance.library_versions()
     assert versions["torch"].startswith("2.13.0") and versions["transformers"] != "absent"
+
+
+def test_the_explained_class_is_a_param_of_the_chains_and_the_report() -> None:
+    """``importance.target`` changes what the gradient chains compute and what the report says."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for name in ("recursive", "roar", "report"):
+        assert "importance.target" in stages[name]["params"], name
+    for name in ("prepare", "train_k0", "train_all_masked"):
+        assert "importance.target" not in stages[name].get("params", []), name
