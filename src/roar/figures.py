@@ -52,11 +52,19 @@ def curve_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
             ax.set_title(f"{dataset}, {model}: {'Recursive ROAR' if recursive else 'ROAR'}")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(frame["metric"].iloc[0])
-        handles, labels = axes[0][-1].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-        fig.tight_layout()
-        written += save_figure(fig, out, f"curves-{dataset}-{model}")
-        plt.close(fig)
+        written += legend_and_save(fig, axes[0][-1], out, f"curves-{dataset}-{model}")
+    return written
+
+
+def legend_and_save(fig, legend_axes, out: Path, stem: str) -> list[Path]:
+    """Put ``legend_axes``'s legend right of the figure, save it (:func:`save_figure`) and close it."""
+    import matplotlib.pyplot as plt
+
+    handles, labels = legend_axes.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.tight_layout()
+    written = save_figure(fig, out, stem)
+    plt.close(fig)
     return written
 
 

@@ -120,7 +120,7 @@ def leakage_figures(summary: pd.DataFrame, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from roar.figures import MEASURE_STYLE, save_figure
+    from roar.figures import MEASURE_STYLE, legend_and_save
 
     written = []
     for (dataset, model), frame in summary.groupby(["dataset", "model"], sort=True):
@@ -149,9 +149,5 @@ def leakage_figures(summary: pd.DataFrame, out: Path) -> list[Path]:
                 ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("test metric (circled: rises)")
         axes[1][0].set_ylabel("mask-pattern probe accuracy")
-        handles, labels = axes[1][-1].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-        fig.tight_layout()
-        written += save_figure(fig, out, f"leakage-{dataset}-{model}")
-        plt.close(fig)
+        written += legend_and_save(fig, axes[1][-1], out, f"leakage-{dataset}-{model}")
     return written
