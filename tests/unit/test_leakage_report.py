@@ -59,7 +59,7 @@ def test_rise_flag_hand_computed() -> None:
     assert not row(frame, "gradient", 10)["rises"]  # 0.25 after 1.0: a fall
     assert not row(frame, "gradient", 100)["rises"]  # 0.2 after 0.35
     assert math.isnan(row(frame, "gradient", 0)["metric_rise"])
-    assert RISE < 0.10
+    assert RISE < 0.10  # the hand-made rise is above the threshold
 
 
 def test_markdown_names_the_rise_and_the_target() -> None:
