@@ -148,6 +148,10 @@ def leakage_figures(summary: pd.DataFrame, out: Path) -> list[Path]:
                                        else "masked tokens")
             for ax in axes[:, column]:
                 ax.grid(alpha=0.3)
+        # A common scale from 0: noise around the majority level should look as small as it is.
+        top = max(0.5, 1.1 * float(frame["mask_probe"].max()))
+        for ax in axes[1]:
+            ax.set_ylim(0, top)
         axes[0][0].set_ylabel("test metric (circled: rises)")
         axes[1][0].set_ylabel("mask-pattern probe accuracy")
         written += legend_and_save(fig, axes[1][-1], out, f"leakage-{dataset}-{model}")
