@@ -24,6 +24,8 @@ from typer.testing import CliRunner
 from roar.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
+# The line of the committed params.yaml's study.seeds (1-based), where a duplicate key is reported.
+SEEDS_LINE = (REPO / "params.yaml").read_text().splitlines().index("  seeds: [0, 1, 2]") + 1
 PREPARED = Path("data/prepared/babi-1/bilstm-attention")
 K0_MODEL = Path("models/babi-1/bilstm-attention/k0/s0")
 ROAR = Path(sys.executable).parent / "roar"
@@ -304,7 +306,7 @@ CASES = [
     case("yaml-invalid", CHAIN, params_text("study:\n  name: x\n  steps: [10, 20\nprepare: {}\n"),
          "params.yaml line 4: invalid YAML", writes=CHAIN_OUT),
     case("yaml-duplicate-key", VALIDATE, replace_text("  seeds: [0, 1, 2]\n", "  seeds: [0, 1, 2]\n  seeds: [3]\n"),
-         "params.yaml line 11: key 'seeds' appears twice", "first on line 10"),
+         f"params.yaml line {SEEDS_LINE + 1}: key 'seeds' appears twice", f"first on line {SEEDS_LINE}"),
     case("yaml-empty", "report", params_text(""), "params.yaml is empty; it needs the sections study",
          writes=("reports",)),
     case("yaml-list", VALIDATE, params_text("- study\n- prepare\n"),
