@@ -43,19 +43,20 @@ def collect_leakage(records: list[dict], study: Study, points: pd.DataFrame) -> 
 
 
 def summarise_leakage(per_seed: pd.DataFrame) -> pd.DataFrame:
-    """Means over seeds per chain and k, the curve's rise from the previous k, and the ``rises`` flag."""
+    """Means over seeds per chain and k; ``metric_rise`` = the mean curve at k minus its lowest value at
+    any smaller k (a slow climb counts as much as a jump), and the ``rises`` flag above :data:`RISE`."""
     rows = []
     for key, chain in per_seed.groupby(CHAIN_KEYS, sort=True):
         means = chain.groupby("k").mean(numeric_only=True).sort_index()
         counts = chain.groupby("k")["seed"].nunique()
-        previous = math.nan
+        lowest = math.nan
         for k, row in means.iterrows():
-            rise = row["value"] - previous if not math.isnan(previous) else math.nan
+            rise = row["value"] - lowest if not math.isnan(lowest) else math.nan
             rows.append(dict(zip(CHAIN_KEYS, key)) | {
                 "k": int(k), "metric_mean": row["value"], "metric_rise": rise,
                 "rises": bool(not math.isnan(rise) and rise > RISE),
                 **{d: row[d] for d in DIAGNOSTICS}, "n_seeds": int(counts[k])})
-            previous = row["value"]
+            lowest = row["value"] if math.isnan(lowest) else min(lowest, row["value"])
     return pd.DataFrame(rows, columns=LEAK_COLUMNS)
 
 
@@ -81,14 +82,19 @@ def leakage_markdown(summary: pd.DataFrame, target: str) -> str:
     ]
     flagged = summary[summary["rises"] & (summary["measure"] != "random")]
     if flagged.empty:
-        lines.append(f"No curve rises by more than {RISE:.2f} from one k to the next (mean over seeds).")
+        lines.append(f"No curve rises more than {RISE:.2f} above its lowest point when more is masked "
+                     "(mean over seeds).")
     else:
-        lines.append(f"Curves that **rise** by more than {RISE:.2f} when more is masked (mean over seeds):")
+        lines.append(f"Curves that **rise** more than {RISE:.2f} above their lowest point when more is masked "
+                     "(mean over seeds):")
         lines.append("")
-        for r in flagged.itertuples(index=False):
-            mode = "recursive" if r.recursive else "roar"
-            lines.append(f"* {r.dataset}/{r.model}/{r.measure}/{mode} at k = {r.k}: {r.metric_mean:.3f} "
-                         f"(+{r.metric_rise:.3f}); mask probe {r.mask_probe:.3f} vs majority {r.majority:.3f}")
+        for (dataset, model, measure, recursive, _), points in flagged.groupby(CHAIN_KEYS, sort=True):
+            top = points.loc[points["metric_rise"].idxmax()]
+            ks = ", ".join(str(k) for k in points["k"])
+            lines.append(f"* {dataset}/{model}/{measure}/{'recursive' if recursive else 'roar'}: up to "
+                         f"+{top['metric_rise']:.3f} above its lowest point (to {top['metric_mean']:.3f} at k = "
+                         f"{top['k']}), flagged at k = {ks}; mask probe up to {points['mask_probe'].max():.3f} vs "
+                         f"majority {points['majority'].max():.3f}")
     lines.append("")
     for (dataset, model), frame in summary.groupby(["dataset", "model"], sort=True):
         for recursive, panel in frame.groupby("recursive", sort=False):
@@ -110,7 +116,8 @@ def leakage_markdown(summary: pd.DataFrame, target: str) -> str:
                         cell += f" ({_pct(r['label_word_absent'])})"
                     cells.append(f"**{cell}**↑" if r["rises"] else cell)
                 lines.append(f"| {measure} | " + " | ".join(cells) + " |")
-            lines += ["", "In parentheses: answer absent (%). ↑ = the curve rises here.", ""]
+            lines += ["", f"In parentheses: answer absent (%). ↑ = the curve is more than {RISE:.2f} above its "
+                      "lowest point at a smaller k.", ""]
     return "\n".join(lines)
 
 

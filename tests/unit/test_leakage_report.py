@@ -65,5 +65,19 @@ def test_rise_flag_hand_computed() -> None:
 def test_markdown_names_the_rise_and_the_target() -> None:
     text = leakage_markdown(summary(), "predicted")
     assert "Importance target: **predicted**" in text
-    assert "babi-1/bilstm-attention/gradient/recursive at k = 20: 0.350 (+0.100); mask probe 0.550 vs majority 0.200" in text
+    assert ("babi-1/bilstm-attention/gradient/recursive: up to +0.100 above its lowest point (to 0.350 at k = 20), "
+            "flagged at k = 20; mask probe up to 0.550 vs majority 0.200") in text
     assert "| gradient | 25 (0) | 25 (60) | **55 (90)**↑ | 20 (100) |" in text
+
+
+def test_a_slow_climb_is_flagged_against_the_lowest_point() -> None:
+    per_seed = pd.DataFrame({"dataset": "d", "model": "m", "measure": "gradient", "recursive": True,
+                             "strategy": "quantile", "seed": 0, "k": [0, 10, 20, 30, 40],
+                             "value": [0.9, 0.20, 0.23, 0.26, 0.24], "mask_probe": 0.2, "majority": 0.2,
+                             "label_word_absent": math.nan, "other_labels_visible": math.nan,
+                             "predicted_is_gold_test": math.nan})
+    frame = summarise_leakage(per_seed).set_index("k")
+    # each step is +0.03 at most, but k = 30 is 0.06 above the lowest point (k = 10)
+    assert frame.loc[30, "metric_rise"] == pytest.approx(0.06) and frame.loc[30, "rises"]
+    assert frame.loc[40, "metric_rise"] == pytest.approx(0.04) and not frame.loc[40, "rises"]
+    assert not frame.loc[20, "rises"]
