@@ -17,6 +17,9 @@ LEAK_COLUMNS = [*CHAIN_KEYS, "k", "metric_mean", "metric_rise", "rises", *DIAGNO
 # in metric units). Near chance, retrained bAbI models move by 2-3 points from step to step (the
 # default study's attention and random curves); the leak's rises are 30-40 points.
 RISE = 0.05
+# "answer absent" is reported only where the gold answer word is in (nearly) every unmasked first
+# sequence at the smallest k (bAbI: the answer is a location named in the story).
+ANSWER_IN_TEXT = 0.01
 
 
 def collect_leakage(records: list[dict], study: Study, points: pd.DataFrame) -> pd.DataFrame:
@@ -49,6 +52,10 @@ def summarise_leakage(per_seed: pd.DataFrame) -> pd.DataFrame:
     for key, chain in per_seed.groupby(CHAIN_KEYS, sort=True):
         means = chain.groupby("k").mean(numeric_only=True).sort_index()
         counts = chain.groupby("k")["seed"].nunique()
+        if not means.empty and not means["label_word_absent"].iloc[0] <= ANSWER_IN_TEXT:
+            # Class names that are words but not answers taken from the text (e.g. "positive" in a
+            # review): their absence says nothing about a leak.
+            means[["label_word_absent", "other_labels_visible"]] = math.nan
         lowest = math.nan
         for k, row in means.iterrows():
             rise = row["value"] - lowest if not math.isnan(lowest) else math.nan
@@ -77,7 +84,7 @@ def leakage_markdown(summary: pd.DataFrame, target: str) -> str:
         "sees only which positions are masked (from the start and from the end) and the second sequence's words, "
         "against **majority** = always the most frequent class; a mask pattern chosen without the label stays near "
         "majority. **answer absent** = share of test questions whose gold answer word is masked everywhere (tasks "
-        "whose classes are words).",
+        "whose answers are words of the unmasked text, such as bAbI).",
         "",
     ]
     flagged = summary[summary["rises"] & (summary["measure"] != "random")]

@@ -81,3 +81,16 @@ def test_a_slow_climb_is_flagged_against_the_lowest_point() -> None:
     assert frame.loc[30, "metric_rise"] == pytest.approx(0.06) and frame.loc[30, "rises"]
     assert frame.loc[40, "metric_rise"] == pytest.approx(0.04) and not frame.loc[40, "rises"]
     assert not frame.loc[20, "rises"]
+
+
+def test_answer_absence_is_shown_only_where_answers_are_words_of_the_text() -> None:
+    base = {"dataset": "d", "model": "m", "measure": "gradient", "recursive": True, "strategy": "quantile",
+            "seed": 0, "k": [0, 10], "value": [0.9, 0.5], "mask_probe": 0.5, "majority": 0.5,
+            "predicted_is_gold_test": math.nan}
+    in_text = summarise_leakage(pd.DataFrame(base | {"label_word_absent": [0.0, 0.4],
+                                                     "other_labels_visible": [2.0, 1.0]}))
+    assert in_text["label_word_absent"].tolist() == [0.0, 0.4]
+    # e.g. classes "negative"/"positive" that reviews rarely contain: absent at k = 0 already
+    not_in_text = summarise_leakage(pd.DataFrame(base | {"label_word_absent": [0.97, 0.98],
+                                                         "other_labels_visible": [0.01, 0.0]}))
+    assert not_in_text["label_word_absent"].isna().all() and not_in_text["other_labels_visible"].isna().all()
