@@ -9,6 +9,7 @@ key or file, what is wrong and what to do) and exit status 2, without a tracebac
 from __future__ import annotations
 
 import functools
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -242,10 +243,22 @@ def validate(params: Path = PARAMS) -> None:
     typer.echo(f"{params}: ok ({stage_count(check_study(loaded['study'], str(params)))} stages)")
 
 
+class Executor(str, Enum):
+    """Where ``roar pipeline`` runs the stages."""
+
+    local = "local"
+    slurm = "slurm"
+
+
 @command()
-def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once."),
-             push: bool = typer.Option(True, "--push/--no-push", help="Push outputs to the DVC remote.")) -> None:
-    """Run the whole study (dvc repro, chains in parallel), then push to the DVC remote."""
+def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local executor)."),
+             push: bool = typer.Option(True, "--push/--no-push", help="Push outputs to the DVC remote."),
+             executor: Executor = typer.Option(Executor.local, help="local: on this machine; slurm: one "
+                                               "Slurm job per stage that is not done (runtime.slurm)."),
+             wait: bool = typer.Option(False, "--wait/--no-wait", help="slurm: wait for the jobs and print "
+                                       "their states."),
+             poll: float = typer.Option(10.0, min=0.1, help="slurm --wait: seconds between state checks.")) -> None:
+    """Run the whole study (dvc repro, chains in parallel, or Slurm jobs), then push to the DVC remote."""
     import subprocess
     import time
 
@@ -253,9 +266,19 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once."),
     if not Path("dvc.yaml").is_file():
         raise FileNotFoundError("dvc.yaml not found; run `roar pipeline` from the project root")
 
-    from roar.launch import run_pipeline
+    from roar.launch import run_pipeline, submit_pipeline
 
     start = time.perf_counter()
+    if executor is Executor.slurm:
+        from roar.slurm import summary
+
+        submission = submit_pipeline(push=push, wait=wait, poll=poll, log=typer.echo)
+        if wait and submission.jobs:
+            typer.echo(summary(submission))
+            typer.echo(f"[roar] Slurm jobs finished in {time.perf_counter() - start:.0f} s")
+            if any(job.state != "COMPLETED" for job in submission.jobs):
+                raise typer.Exit(1)
+        return
     try:
         run_pipeline(jobs=jobs, log=typer.echo)
     except RuntimeError as error:  # a stage failed: its output follows the first line
@@ -269,6 +292,35 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once."),
             _fail(RuntimeError(f"`dvc push` failed (exit {done.returncode}); check the DVC remote "
                                "(`dvc remote list`), or run with --no-push"))
         typer.echo("[roar] outputs pushed to the DVC remote")
+
+
+@command()
+def jobs(wait: bool = typer.Option(False, "--wait/--no-wait", help="Wait until every job has finished."),
+         poll: float = typer.Option(10.0, min=0.1, help="Seconds between state checks.")) -> None:
+    """Show the states of the last Slurm submission's jobs (`roar pipeline --executor slurm`)."""
+    from roar.errors import RoarError
+    from roar.slurm import check_cluster, last_submission, refresh, summary, wait as wait_jobs
+
+    check_cluster()
+    submission = last_submission(Path("."))
+    if submission is None:
+        raise RoarError("no Slurm submission in this workspace (.roar/slurm/); run `roar pipeline --executor slurm`")
+    if wait:
+        wait_jobs(submission, poll, typer.echo)
+    typer.echo(summary(refresh(submission)))
+
+
+@command("pipeline-finish", hidden=True)
+def pipeline_finish(study_run_id: str,
+                    push: bool = typer.Option(True, "--push/--no-push", help="Push outputs to the DVC remote.")) -> None:
+    """The last job of a Slurm submission: final dvc repro, push, end the study run."""
+    from roar.launch import finish_pipeline
+
+    try:
+        finish_pipeline(Path("."), study_run_id, push)
+    except RuntimeError as error:
+        _fail(error)
+    typer.echo("[roar] study complete")
 
 
 @command("reproduce-report")

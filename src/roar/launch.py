@@ -5,6 +5,9 @@ workers (DVC releases its repository lock while a stage's command runs, so indep
 of one workspace run side by side). All stages share one MLflow study run, passed down through
 ``ROAR_STUDY_RUN_ID``. A final plain ``dvc repro`` runs whatever is left (the report) and
 proves the pipeline complete.
+
+:func:`submit_pipeline` is the Slurm executor's entry (one job per stage that is not done, see
+:mod:`roar.slurm`); :func:`finish_pipeline` is its last job.
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print) -> dict[str, 
         return _run_pipeline(root, jobs, log)
 
 
-def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
+def _open_study_run(root: Path):
+    """The tracker and the (re)opened, RUNNING study run of ``root``'s params and commit."""
     from roar.params import load_params, study_from_params
     from roar.tracking import Tracker, fingerprint
 
@@ -89,6 +93,12 @@ def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
     study_run = tracker.study_run(study.name, fingerprint(study_params),
                                   {"study": study.name, "seeds": study.seeds, "measures": study.measures,
                                    "steps": study.steps}, owned=True)
+    return params, tracker, study_run
+
+
+def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
+    _, tracker, study_run = _open_study_run(root)
+    tracker.client.set_tag(study_run, "roar.executor", "local")
     env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
     names = stage_names(root)
     timings: dict[str, float] = {}
@@ -103,13 +113,72 @@ def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
                     tracker.end(study_run, failed=True)
                     raise RuntimeError(f"stage {stage} failed:\n{output}")
     start = time.perf_counter()
-    final = subprocess.run(["dvc", "--wait-for-lock", "repro"], cwd=root, env=env, stdout=sys.stdout,
-                           stderr=sys.stderr)
+    final = _final_repro(root, env)
     timings["final dvc repro"] = time.perf_counter() - start
-    tracker.end(study_run, failed=final.returncode != 0)
-    if final.returncode != 0:
-        raise RuntimeError(f"the final `dvc repro` failed (exit {final.returncode}); see its output above")
+    tracker.end(study_run, failed=final != 0)
+    if final != 0:
+        raise RuntimeError(f"the final `dvc repro` failed (exit {final}); see its output above")
     return timings
+
+
+def _final_repro(root: Path, env: dict) -> int:
+    """A plain ``dvc repro``: runs what is left (the report) and proves the pipeline complete."""
+    return subprocess.run(["dvc", "--wait-for-lock", "repro"], cwd=root, env=env, stdout=sys.stdout,
+                          stderr=sys.stderr).returncode
+
+
+def submit_pipeline(root: Path = Path("."), push: bool = True, wait: bool = False, poll: float = 10.0,
+                    log=print):
+    """Submit the stages that are not done as Slurm jobs (:mod:`roar.slurm`); with ``wait``, poll
+    until they finish and end the study run FAILED if any did not complete. Returns the submission."""
+    from roar import slurm
+    from roar.tracking import PROCESS_TAG
+
+    slurm.check_cluster()
+    with workspace_lock(root):
+        slurm.check_no_live_jobs(root)
+        params, tracker, study_run = _open_study_run(root)
+        # The jobs, not this process, end the study run: no orphan check may end it when we exit.
+        tracker.client.delete_tag(study_run, PROCESS_TAG)
+        tracker.client.set_tag(study_run, "roar.executor", "slurm")
+        try:
+            submission = slurm.submit(root, (params.get("runtime") or {}).get("slurm"), study_run,
+                                      slurm.study_env(study_run, tracker.uri), push, log)
+        except BaseException:
+            tracker.end(study_run, failed=True)
+            raise
+        if not submission.jobs:
+            tracker.end(study_run)
+            log("[roar] every stage is up to date; nothing submitted")
+            return submission
+    if wait:
+        wait_for(root, submission, tracker, study_run, poll, log)
+    return submission
+
+
+def wait_for(root: Path, submission, tracker, study_run: str, poll: float, log) -> None:
+    """Wait for a submission's jobs; the study run ends FAILED if one did not complete."""
+    from roar import slurm
+
+    slurm.wait(submission, poll, log)
+    if any(job.state != "COMPLETED" for job in submission.jobs):
+        tracker.end(study_run, failed=True)
+
+
+def finish_pipeline(root: Path, study_run_id: str, push: bool) -> None:
+    """The last Slurm job: a final ``dvc repro`` (proves the study complete), the optional push,
+    and the end of the study run."""
+    from roar.params import load_params, study_from_params
+    from roar.tracking import Tracker
+
+    tracker = Tracker(study_from_params(load_params(root / "params.yaml")).name, root)
+    env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run_id, "MLFLOW_TRACKING_URI": tracker.uri}
+    code = _final_repro(root, env)
+    if code == 0 and push:
+        code = subprocess.run(["dvc", "push", "-q"], cwd=root, env=env).returncode
+    tracker.end(study_run_id, failed=code != 0)
+    if code != 0:
+        raise RuntimeError(f"the final `dvc repro`{' or `dvc push`' if push else ''} failed (exit {code})")
 
 
 def result_outputs(root: Path) -> list[str]:

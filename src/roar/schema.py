@@ -131,6 +131,29 @@ def one_of(allowed: tuple[str, ...]) -> Rule:
     return rule
 
 
+def matches(regex: str, wanted: str, nullable: bool = False) -> Rule:
+    """A string matching ``regex`` in full (``wanted`` says what that is, with an example)."""
+    import re
+
+    compiled = re.compile(regex)
+
+    def rule(value: object) -> str | None:
+        if value is None and nullable:
+            return None
+        if not isinstance(value, str) or not compiled.fullmatch(value):
+            return f"must be {'null or ' if nullable else ''}{wanted}"
+        return None
+    return rule
+
+
+def sbatch_lines(value: object) -> str | None:
+    """A list of single-line sbatch options (``--qos=high``); a newline would inject script lines."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.startswith("-") and "\n" not in v
+                                              for v in value):
+        return "must be a list of single-line sbatch options such as [--qos=high, --constraint=a100]"
+    return None
+
+
 def mapping(value: object) -> str | None:
     return None if isinstance(value, dict) else "must be a mapping (key: value)"
 
@@ -159,7 +182,16 @@ MEASURE_RULES: dict[str, dict[str, Rule]] = {
     "integrated-gradient": {"samples": integer(1), "max_rows": integer(1, nullable=True)},
 }
 IMPORTANCE_RULES: dict[str, Rule] = {"batch_size": integer(1), "target": one_of(("gold", "predicted"))}
-RUNTIME_RULES: dict[str, Rule] = {"threads": integer(0)}
+RUNTIME_RULES: dict[str, Rule] = {"threads": integer(0), "slurm": mapping}
+# runtime.slurm (and runtime.slurm.stages.<kind>): the resources of the Slurm executor's jobs.
+SLURM_RULES: dict[str, Rule] = {
+    "partition": text(nullable=True), "account": text(nullable=True),
+    "time": matches(r"(\d+-)?\d{1,2}(:\d{2}){0,2}|\d+", "a Slurm time limit such as 04:00:00, 1-00:00:00 or 90 (minutes)"),
+    "cpus": integer(1), "gpus": integer(0),
+    "memory": matches(r"\d+[KMGT]?", "a Slurm memory size such as 8G or 500M"),
+    "extra": sbatch_lines,
+}
+SLURM_STAGE_KINDS = ("prepare", "train_k0", "train_all_masked", "recursive", "roar", "report", "finish")
 
 
 def known_names() -> dict[str, tuple[str, ...]]:
@@ -329,6 +361,13 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
 
     runtime = c.mapping("runtime", params.get("runtime"), "runtime settings", nullable=True)
     c.rules("runtime", runtime, RUNTIME_RULES)
+    slurm = c.mapping("runtime.slurm", runtime.get("slurm"), "Slurm job settings", nullable=True)
+    c.rules("runtime.slurm", slurm, {**SLURM_RULES, "stages": mapping}, (*SLURM_RULES, "stages"))
+    stages = c.mapping("runtime.slurm.stages", slurm.get("stages"), "per-stage-kind settings", nullable=True)
+    c.keys("runtime.slurm.stages", stages, SLURM_STAGE_KINDS)
+    for kind, node in stages.items():
+        node = c.mapping(f"runtime.slurm.stages.{kind}", node, "Slurm job settings", nullable=True)
+        c.rules(f"runtime.slurm.stages.{kind}", node, SLURM_RULES, tuple(SLURM_RULES))
     return params
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,3 +60,28 @@ def mlflow_runs(root: Path, experiment: str):
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     found = client.get_experiment_by_name(experiment)
     return client.search_runs([found.experiment_id], max_results=10_000)
+
+
+def tiny_params() -> dict:
+    """The default params shrunk to a tiny study (2 measures, 2 seeds, steps 40 and 70)."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["study"].update(name="tiny", measures=["random", "attention"], seeds=[0, 1], steps=[40, 70])
+    # big enough to learn something (k = 0 well above chance), so that RACU is defined
+    params["prepare"]["babi-1"].update(n_train=600, n_test=100)
+    params["train"]["bilstm-attention"]["babi-1"].update(epochs=4, lr=0.01)
+    return params
+
+
+# The MLflow runs of the tiny study by kind: the shared k = 0 and all-masked chains (2 seeds) and
+# 2 measures x 2 seeds chains; steps: 4 shared + 2 x 4; one train run per step, importance per step k > 0.
+TINY_RUN_KINDS = {"study": 1, "chain": 8, "step": 12, "train": 12, "importance": 8, "report": 1}
+
+
+@pytest.fixture(scope="session")
+def project(tmp_path_factory) -> Path:
+    """A git + DVC project holding this repo's pipeline files and a tiny params.yaml, run once
+    with the local executor (shared by the test modules that compare against it)."""
+    root = make_project(tmp_path_factory.mktemp("project") / "tiny", tiny_params())
+    sh("roar", "pipeline", "--jobs", "2", cwd=root)
+    shutil.copy(root / "reports" / "racu.csv", root.parent / "racu-local-run.csv")  # later tests edit params
+    return root

@@ -12,26 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, REPO, make_project, mlflow_runs, project_env, sh
+from conftest import BIN, REPO, TINY_RUN_KINDS, make_project, mlflow_runs, project_env, sh
 
 pytestmark = pytest.mark.pipeline
-
-
-def tiny_params() -> dict:
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["study"].update(name="tiny", measures=["random", "attention"], seeds=[0, 1], steps=[40, 70])
-    # big enough to learn something (k = 0 well above chance), so that RACU is defined
-    params["prepare"]["babi-1"].update(n_train=600, n_test=100)
-    params["train"]["bilstm-attention"]["babi-1"].update(epochs=4, lr=0.01)
-    return params
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    """A git + DVC project holding this repo's pipeline files and a tiny params.yaml, run once."""
-    root = make_project(tmp_path_factory.mktemp("project") / "tiny", tiny_params())
-    sh("roar", "pipeline", "--jobs", "2", cwd=root)
-    return root
 
 
 def runs(root: Path):
@@ -67,8 +50,7 @@ def test_mlflow_run_tree(project: Path) -> None:
     all_runs = runs(project)
     by_id = {r.info.run_id: r for r in all_runs}
     kinds = collections.Counter(r.data.tags["roar.kind"] for r in all_runs)
-    # 2 seeds: shared k0 + all chains (4), 2 measure chains x 2 seeds (4); steps: 4 shared + 8
-    assert kinds == {"study": 1, "chain": 8, "step": 12, "train": 12, "importance": 8, "report": 1}
+    assert kinds == TINY_RUN_KINDS
     for run in all_runs:
         path, current = [], run
         while current is not None:

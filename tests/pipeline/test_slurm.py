@@ -1,0 +1,133 @@
+"""The Slurm executor on a real one-node Slurm cluster (munged, slurmctld, slurmd on this machine).
+
+The cluster is started by ``scripts/slurm/start-cluster.sh`` (root; installs ``slurm-wlm`` and
+``munge`` when missing). Without root or Slurm these tests are skipped, except where
+``ROAR_REQUIRE_SLURM=1`` (CI sets it): there a missing cluster fails them.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import (
+    REPO,
+    TINY_RUN_KINDS,
+    make_project,
+    mlflow_runs,
+    project_env,
+    sh,
+    tiny_params,
+)
+
+pytestmark = pytest.mark.pipeline
+
+
+def _controller_up() -> bool:
+    if not shutil.which("scontrol"):
+        return False
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    return ping.returncode == 0 and "UP" in ping.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster() -> None:
+    """A running cluster: the one already up (.ci/run starts it), else started here as root."""
+    if _controller_up():
+        return
+    why = ("not root, and no cluster is running" if os.geteuid() != 0 else
+           "no apt-get to install slurm-wlm" if not shutil.which("slurmctld") and not shutil.which("apt-get") else "")
+    if why:
+        if os.environ.get("ROAR_REQUIRE_SLURM") == "1":
+            pytest.fail(f"ROAR_REQUIRE_SLURM=1 but the Slurm test cluster cannot start here ({why})")
+        pytest.skip(f"the Slurm test cluster needs root and Debian's slurm-wlm ({why})")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "slurm" / "start-cluster.sh")], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def slurm_params(**study) -> dict:
+    params = tiny_params()
+    params["study"].update(study)
+    # one CPU and 2 GB per job, so that the two-CPU node runs two stages at once
+    params["runtime"] = {**params.get("runtime", {}), "threads": 1,
+                         "slurm": {"cpus": 1, "memory": "2G", "time": "00:30:00",
+                                   "stages": {"report": {"time": "00:10:00"}}}}
+    return params
+
+
+def submit(root: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["roar", "pipeline", "--executor", "slurm", "--wait", "--poll", "1", "--no-push", *extra],
+                          cwd=root, env=project_env(root, **env), capture_output=True, text=True, timeout=1800)
+
+
+def submission(root: Path) -> dict:
+    found = sorted((root / ".roar" / "slurm").glob("*/submission.json"))
+    return json.loads(found[-1].read_text())
+
+
+def test_study_through_slurm_matches_the_local_run(cluster, project: Path, tmp_path: Path) -> None:
+    root = make_project(tmp_path / "slurm", slurm_params())
+    proc = submit(root)
+    print(proc.stdout)  # the summary table, kept in the test log
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    jobs = {job["stage"]: job for job in submission(root)["jobs"]}
+    stages = sh("dvc", "stage", "list", "--name-only", cwd=root).split()
+    assert sorted(jobs) == sorted([*stages, "finish"])  # one job per stage, and the finish job
+    assert {job["state"] for job in jobs.values()} == {"COMPLETED"}
+    # afterok edges follow dvc.yaml: a chain waits for its data and its seed's k = 0 model
+    chain = jobs["recursive@babi-1-bilstm-attention-attention-1"]
+    assert sorted(chain["after"]) == sorted([jobs["prepare@babi-1-bilstm-attention"]["job_id"],
+                                             jobs["train_k0@babi-1-bilstm-attention-1"]["job_id"]])
+    assert jobs["prepare@babi-1-bilstm-attention"]["after"] == []
+    assert sorted(jobs["finish"]["after"]) == sorted(j["job_id"] for s, j in jobs.items() if s != "finish")
+    log = (root / jobs["recursive@babi-1-bilstm-attention-random-0"]["log"]).read_text()
+    assert "[roar] recursive@babi-1-bilstm-attention-random-0 on" in log
+
+    # the same numbers as the local executor's run of the same study
+    assert (root / "reports" / "racu.csv").read_text() == (project.parent / "racu-local-run.csv").read_text()
+    # one study run, ended by the finish job, holding every chain
+    runs = mlflow_runs(root, "tiny")
+    study = [r for r in runs if r.data.tags["roar.kind"] == "study"]
+    assert len(study) == 1 and study[0].info.status == "FINISHED"
+    assert study[0].data.tags["roar.executor"] == "slurm"
+    assert collections.Counter(r.data.tags["roar.kind"] for r in runs) == TINY_RUN_KINDS
+    chains = [r for r in runs if r.data.tags["roar.kind"] == "chain"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in chains} == {study[0].info.run_id}
+    assert [r.info.run_name for r in runs if r.info.status != "FINISHED"] == []
+
+    again = submit(root)
+    assert again.returncode == 0 and "every stage is up to date; nothing submitted" in again.stdout
+
+
+def test_a_killed_stage_cancels_its_dependents_and_a_resubmission_resumes(cluster, tmp_path: Path) -> None:
+    root = make_project(tmp_path / "killed", slurm_params(measures=["random"], seeds=[0]))
+    # every chain process SIGKILLs itself after writing step 70's masked data (a node failure)
+    proc = submit(root, ROAR_FAILPOINT="data-written@k70")
+    print(proc.stdout)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    states = {job["stage"]: job["state"] for job in submission(root)["jobs"]}
+    assert states == {"prepare@babi-1-bilstm-attention": "COMPLETED", "train_k0@babi-1-bilstm-attention-0": "COMPLETED",
+                      "train_all_masked@babi-1-bilstm-attention-0": "COMPLETED",
+                      "recursive@babi-1-bilstm-attention-random-0": "FAILED",
+                      "report": "CANCELLED", "finish": "CANCELLED"}
+    assert "did not complete; first failure: recursive@babi-1-bilstm-attention-random-0" in proc.stdout
+    step40 = root / "results/babi-1/bilstm-attention/random/recursive/s0/k40.json"
+    finished_40 = step40.read_text()
+
+    resumed = submit(root)
+    print(resumed.stdout)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    # only what was not done is submitted again, and the finished step 40 is reused as it was
+    assert sorted(job["stage"] for job in submission(root)["jobs"]) == [
+        "finish", "recursive@babi-1-bilstm-attention-random-0", "report"]
+    assert step40.read_text() == finished_40
+    assert (root / "reports" / "racu.csv").is_file()
+    study = [r for r in mlflow_runs(root, "tiny") if r.data.tags["roar.kind"] == "study"]
+    assert len(study) == 1 and study[0].info.status == "FINISHED"

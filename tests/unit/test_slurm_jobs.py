@@ -1,0 +1,98 @@
+"""The Slurm executor's pieces that need no cluster: resources, scripts, the stage graph, states."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from roar.slurm import (
+    DEFAULTS,
+    Job,
+    Submission,
+    job_resources,
+    job_script,
+    parse_sacct,
+    parse_scontrol,
+    pending_stages,
+    sbatch_options,
+    summary,
+)
+
+SLURM = {"cpus": 2, "memory": "8G", "partition": "gpu", "extra": ["--qos=high"],
+         "stages": {"recursive": {"time": "1-00:00:00", "gpus": 1}, "report": {"cpus": 1}}}
+
+
+def test_resources_layer_defaults_then_runtime_slurm_then_the_stage_kind() -> None:
+    assert job_resources(None, "recursive") == DEFAULTS
+    assert job_resources(SLURM, "recursive") == {**DEFAULTS, "cpus": 2, "memory": "8G", "partition": "gpu",
+                                                 "extra": ["--qos=high"], "time": "1-00:00:00", "gpus": 1}
+    assert job_resources(SLURM, "report")["cpus"] == 1
+    assert job_resources(SLURM, "prepare")["time"] == DEFAULTS["time"]
+    assert "stages" in SLURM  # not consumed
+
+
+def test_sbatch_options() -> None:
+    assert sbatch_options(job_resources(SLURM, "recursive")) == [
+        "--cpus-per-task=2", "--time=1-00:00:00", "--mem=8G", "--gpus=1", "--partition=gpu", "--qos=high"]
+    assert sbatch_options(DEFAULTS) == ["--cpus-per-task=1", "--time=04:00:00", "--mem=4G"]
+
+
+def test_job_script_runs_one_stage_with_its_resources(tmp_path: Path) -> None:
+    script = job_script(tmp_path, "recursive@a-b-c-0", "dvc --wait-for-lock repro --single-item 'recursive@a-b-c-0'",
+                        job_resources(SLURM, "report"), tmp_path / "log-%j.out")
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert f"#SBATCH --chdir={tmp_path.resolve()}" in lines
+    assert "#SBATCH --kill-on-invalid-dep=yes" in lines and "#SBATCH --export=ALL" in lines
+    assert [line for line in lines if line.startswith("#SBATCH --cpus")] == ["#SBATCH --cpus-per-task=1"]
+    assert lines[-1] == "exec dvc --wait-for-lock repro --single-item 'recursive@a-b-c-0'"
+
+
+def test_pending_stages_are_the_changed_ones_and_everything_downstream(tmp_path: Path) -> None:
+    """A real DVC project: a -> b@1, b@2 -> c; after a and b@1 ran, a change to b@1's command
+    leaves b@1 and c to run (b@2 is up to date), c after b@1 only."""
+    (tmp_path / "dvc.yaml").write_text('''stages:
+  a: {cmd: echo a > a.txt, outs: [a.txt]}
+  b:
+    foreach: [1, 2]
+    do: {cmd: "cat a.txt > b${item}.txt", deps: [a.txt], outs: ["b${item}.txt"]}
+  c: {cmd: cat b1.txt b2.txt > c.txt, deps: [b1.txt, b2.txt], outs: [c.txt]}
+''')
+    env = {**os.environ}
+    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"]):
+        subprocess.run(cmd, cwd=tmp_path, check=True, env=env)
+    assert pending_stages(tmp_path) == {"a": [], "b@1": ["a"], "b@2": ["a"], "c": ["b@1", "b@2"]}
+    subprocess.run(["dvc", "repro", "-q"], cwd=tmp_path, check=True, env=env)
+    assert pending_stages(tmp_path) == {}
+    (tmp_path / "dvc.yaml").write_text((tmp_path / "dvc.yaml").read_text().replace(
+        'cmd: "cat a.txt > b${item}.txt"', 'cmd: "cat a.txt a.txt > b${item}.txt"'))
+    assert pending_stages(tmp_path) == {"b@1": [], "b@2": [], "c": ["b@1", "b@2"]}
+    subprocess.run(["dvc", "repro", "-q", "--single-item", "b@1"], cwd=tmp_path, check=True, env=env)
+    assert pending_stages(tmp_path) == {"b@2": [], "c": ["b@2"]}
+
+
+def test_states_from_sacct_and_scontrol_output() -> None:
+    sacct = "41|COMPLETED|0:0|00:01:02|None\n42|CANCELLED by 0|0:0|00:00:00|DependencyNeverSatisfied\n"
+    assert parse_sacct(sacct) == {
+        "41": {"state": "COMPLETED", "reason": "None", "exit_code": "0:0", "elapsed": "00:01:02"},
+        "42": {"state": "CANCELLED", "reason": "DependencyNeverSatisfied", "exit_code": "0:0", "elapsed": "00:00:00"}}
+    scontrol = ("JobId=7 JobName=roar:report UserId=root(0) JobState=FAILED Reason=NonZeroExitCode "
+                "Dependency=(null) ExitCode=3:0 RunTime=00:00:05 TimeLimit=00:30:00\n"
+                "JobId=8 JobName=roar:finish JobState=PENDING Reason=Dependency Dependency=afterok:7(unfulfilled) "
+                "ExitCode=0:0 RunTime=00:00:00\n")
+    assert parse_scontrol(scontrol) == {
+        "7": {"state": "FAILED", "reason": "NonZeroExitCode", "exit_code": "3:0", "elapsed": "00:00:05"},
+        "8": {"state": "PENDING", "reason": "Dependency", "exit_code": "0:0", "elapsed": "00:00:00"}}
+
+
+def test_summary_lists_failures_first_and_says_how_to_resume() -> None:
+    sub = Submission("f", "run", "now", [
+        Job("prepare@x", "1", [], "f/prepare@x-1.out", "COMPLETED", "None", "0:0", "00:00:10"),
+        Job("recursive@x-0", "2", ["1"], "f/recursive-2.out", "FAILED", "NonZeroExitCode", "0:9", "00:01:00"),
+        Job("finish", "3", ["1", "2"], "f/finish-3.out", "CANCELLED", "DependencyNeverSatisfied", "0:0", "00:00:00")])
+    lines = summary(sub).splitlines()
+    assert [line.split()[0] for line in lines[1:4]] == ["recursive@x-0", "finish", "prepare@x"]
+    assert "FAILED" in lines[1] and "0:9" in lines[1] and "NonZeroExitCode" in lines[1]
+    assert lines[-1].startswith("2 job(s) did not complete; first failure: recursive@x-0 (log f/recursive-2.out)")
+    assert "only stages that are not done are submitted" in lines[-1]
