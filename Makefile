@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 JOBS ?= 2
 
-.PHONY: setup run test test-slow bench clean
+.PHONY: setup run test test-slow bench gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ test-slow: setup
 
 bench: setup
 	$(BIN)/python bench/bench_integrated_gradients.py
+
+gpu-check: setup
+	$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf data/prepared data/masked models/* results reports/*.csv mlflow.db mlartifacts .dvc/tmp

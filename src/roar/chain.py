@@ -177,7 +177,7 @@ class ChainRunner(Runner):
                                            vocab_size=ctx.n_vocab, n_classes=len(ctx.meta.classes),
                                            ig_samples=int(measure_params.get("samples", 50)),
                                            ig_max_rows=measure_params.get("max_rows"))
-                    model = load_model(source.model_dir) if measure.needs_model else None
+                    model = load_model(source.model_dir).to(self.device) if measure.needs_model else None
                 target = ctx.recipe["params"].get("target", "gold")
                 masked, importance, seconds = roar_step(splits, model, measure, k, self.study.strategy, cached,
                                                         ctx.recipe["params"]["batch_size"], self.progress, ctx.meta,

@@ -241,6 +241,12 @@ def validate(params: Path = PARAMS) -> None:
     loaded = _load(params)
     check_outputs(loaded)
     typer.echo(f"{params}: ok ({stage_count(check_study(loaded['study'], str(params)))} stages)")
+    from roar.models.device import device_problem
+
+    # A warning, not a failure: a login node without a GPU may submit stages to GPU nodes.
+    problem = device_problem((loaded.get("runtime") or {}).get("device"))
+    if problem:
+        typer.echo(f"{params}: warning: {problem}; stages started on this machine will stop", err=True)
 
 
 class Executor(str, Enum):

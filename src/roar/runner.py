@@ -14,6 +14,7 @@ from pathlib import Path
 from roar.data.storage import DatasetMeta, Split, read_dataset, read_vocab
 from roar.fileio import content_hash, write_json_atomic
 from roar.leakage import leakage
+from roar.models.device import resolve_device
 from roar.params import Study, section, study_from_params
 from roar.paths import Layout
 from roar.tracking import Tracker, fingerprint
@@ -34,6 +35,7 @@ class Runner:
         self.layout = Layout(root)
         self.progress = progress
         runtime = params.get("runtime") or {}
+        self.device = resolve_device(runtime.get("device"))  # a GPU asked for and missing stops here
         if runtime.get("threads"):
             import torch
 
@@ -60,7 +62,7 @@ class Runner:
         with self.tracker.run("train", f"train {tags.get('roar.k')}", step_run, tags, asdict(config)) as run_id:
             vocab = json.loads((data_dir / "vocab.json").read_text())
             n_vocab = len(vocab)
-            trained, result = train(meta, n_vocab, splits, config, seed, self.progress, vocab)
+            trained, result = train(meta, n_vocab, splits, config, seed, self.progress, vocab, self.device)
             if result.embedding_coverage is not None:
                 self.tracker.log_metrics(run_id, {"embedding_coverage": result.embedding_coverage})
             for entry in result.history:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 
 from roar.errors import RoarError
+from roar.models.config import DEVICES
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
 REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
@@ -182,7 +183,7 @@ MEASURE_RULES: dict[str, dict[str, Rule]] = {
     "integrated-gradient": {"samples": integer(1), "max_rows": integer(1, nullable=True)},
 }
 IMPORTANCE_RULES: dict[str, Rule] = {"batch_size": integer(1), "target": one_of(("gold", "predicted"))}
-RUNTIME_RULES: dict[str, Rule] = {"threads": integer(0), "slurm": mapping}
+RUNTIME_RULES: dict[str, Rule] = {"threads": integer(0), "device": one_of(DEVICES), "slurm": mapping}
 # runtime.slurm (and runtime.slurm.stages.<kind>): the resources of the Slurm executor's jobs.
 SLURM_RULES: dict[str, Rule] = {
     "partition": text(nullable=True), "account": text(nullable=True),

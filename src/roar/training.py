@@ -17,6 +17,7 @@ from roar.fileio import atomic_dir
 from roar.metrics import compute_metric
 from roar.models.batching import BucketBatchSampler, SplitDataset, iterate_batches
 from roar.models.config import MODELS, TrainConfig  # noqa: F401 (re-exported: the training API)
+from roar.models.device import resolve_device
 
 @dataclass
 class TrainResult:
@@ -69,12 +70,19 @@ def build_model(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
     raise ValueError(f"model {config.model!r} is not available; allowed: {', '.join(MODELS)}")
 
 
-def trainer_precision(config: TrainConfig) -> str:
-    """Lightning precision: mixed (bf16 where supported, else fp16) for the transformer on a GPU,
-    else full float32."""
-    if config.model == "roberta" and torch.cuda.is_available():
+def trainer_precision(model: torch.nn.Module, device: torch.device) -> str:
+    """Lightning precision: mixed (bf16 where supported, else fp16) on a GPU for a model whose class
+    declares ``mixed_precision`` (the transformer), else full float32 (the BiLSTM, the CPU)."""
+    if device.type == "cuda" and getattr(type(model), "mixed_precision", False):
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
     return "32-true"
+
+
+def trainer_device(device: torch.device) -> dict:
+    """Lightning's ``accelerator`` and ``devices`` for ``device``."""
+    if device.type == "cuda":
+        return {"accelerator": "gpu", "devices": [device.index or 0]}
+    return {"accelerator": "cpu", "devices": 1}
 
 
 def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig):
@@ -155,17 +163,20 @@ def init_word_vectors(model: torch.nn.Module, config: TrainConfig, vocab: list[s
 
 
 def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: TrainConfig, seed: int,
-          progress: bool = True, vocab: list[str] | None = None) -> tuple[torch.nn.Module, TrainResult]:
+          progress: bool = True, vocab: list[str] | None = None,
+          device: torch.device | None = None) -> tuple[torch.nn.Module, TrainResult]:
     """Train a fresh model on ``splits['train']``, select by validation, score on test.
 
     ``vocab`` (the dataset's tokens in id order) is needed when ``config.embeddings`` names
-    pretrained word vectors for the BiLSTM.
+    pretrained word vectors for the BiLSTM. ``device``: where to train and score (None: the GPU
+    when torch sees one, else the CPU; :func:`roar.models.device.resolve_device`).
 
     Returns:
-        The model with its best-validation weights, and the run's :class:`TrainResult`.
+        The model (on the CPU) with its best-validation weights, and the run's :class:`TrainResult`.
     """
     import lightning as L
 
+    device = resolve_device("auto") if device is None else device
     if config.threads:
         torch.set_num_threads(config.threads)
     start = time.perf_counter()
@@ -189,6 +200,7 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
     # Deterministic kernels: on the CPU the same inputs, seed and thread count give byte-identical
     # weights (so a retrained model folder keeps its content hash). On a GPU, cuDNN's LSTM and
     # scatter/index kernels have no deterministic implementation; Lightning then warns instead.
+    on_gpu = device.type == "cuda"
     callbacks = []
     if config.patience:
         from lightning.pytorch.callbacks import EarlyStopping
@@ -198,16 +210,17 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
                                        check_finite=False))
     trainer = L.Trainer(max_epochs=config.epochs, logger=False, enable_checkpointing=False, callbacks=callbacks,
                         enable_model_summary=False, enable_progress_bar=progress, num_sanity_val_steps=0,
-                        deterministic=True if not torch.cuda.is_available() else "warn",
-                        precision=trainer_precision(config))
+                        deterministic="warn" if on_gpu else True, precision=trainer_precision(model, device),
+                        **trainer_device(device))
     trainer.fit(module, *loaders)
     if module.best_state is None:
         scores = [entry[f"val_{meta.select_metric}"] for entry in module.history]
         raise ValueError(f"training {config.model} on {meta.name} (seed {seed}) gave a non-finite validation "
                          f"{meta.select_metric} in every epoch ({scores[:5]}); the loss diverged or the data are "
                          "degenerate: lower lr or check the dataset")
-    model.load_state_dict(module.best_state)
-    test_logits = predict_logits(model, splits["test"])
+    model.load_state_dict(module.best_state)  # Lightning hands the model back on the CPU
+    test_logits = predict_logits(model.to(device), splits["test"])
+    model.cpu()
     test_metric = (compute_metric(meta.metric, test_logits, torch.from_numpy(splits["test"].labels))
                    if bool(torch.isfinite(test_logits).all()) else float("nan"))
     if not math.isfinite(test_metric):

@@ -312,14 +312,18 @@ def test_optimizer_groups_and_linear_schedule():
 
 
 def test_mixed_precision_only_for_the_transformer_on_a_gpu(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert trainer_precision(TrainConfig(model="roberta")) == "32-true"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    from roar.models.bilstm import BiLSTMAttention
+
+    transformer = TransformerClassifier(tiny_hf_model("roberta", 40))
+    bilstm = BiLSTMAttention(10, 2, paired=False, embedding_dim=4, hidden=3, attention_hidden=3)
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert trainer_precision(transformer, cpu) == "32-true"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert trainer_precision(TrainConfig(model="roberta")) == "16-mixed"
+    assert trainer_precision(transformer, gpu) == "16-mixed"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert trainer_precision(TrainConfig(model="roberta")) == "bf16-mixed"
-    assert trainer_precision(TrainConfig(model="bilstm-attention")) == "32-true"
+    assert trainer_precision(transformer, gpu) == "bf16-mixed"
+    assert trainer_precision(bilstm, gpu) == "32-true"
+    assert trainer_precision(bilstm, cpu) == "32-true"
 
 
 def test_attention_measure_is_refused_for_the_transformer():

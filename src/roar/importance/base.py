@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
@@ -54,9 +55,32 @@ def explained_batch(model: torch.nn.Module | None, batch: Batch, target: str) ->
     return batch._replace(labels=predicted_labels(model, batch))
 
 
-def _rnn_backward_allowed():
-    # cuDNN refuses RNN backward in eval mode; the native kernels give the same gradients.
-    return torch.backends.cudnn.flags(enabled=False) if torch.cuda.is_available() else contextlib.nullcontext()
+@contextlib.contextmanager
+def rnn_backward_allowed(model: torch.nn.Module, device: torch.device) -> Iterator[None]:
+    """Let a gradient pass through the recurrent layers of a model in eval mode.
+
+    cuDNN computes an RNN's backward pass only in training mode. For a model whose class declares
+    ``cudnn_rnn`` (the BiLSTM), on a GPU, its RNN modules switch to training mode for the pass and
+    back after it; without dropout that changes nothing else. An RNN with dropout keeps eval mode
+    and runs without cuDNN instead (native kernels: same gradients, slower). Elsewhere (the CPU,
+    models without RNNs) nothing changes.
+    """
+    if device.type != "cuda" or not getattr(type(model), "cudnn_rnn", False):
+        yield
+        return
+    rnns = [m for m in model.modules() if isinstance(m, torch.nn.RNNBase)]
+    if any(m.dropout for m in rnns):
+        with torch.backends.cudnn.flags(enabled=False):
+            yield
+        return
+    modes = [m.training for m in rnns]
+    try:
+        for m in rnns:
+            m.train()
+        yield
+    finally:
+        for m, mode in zip(rnns, modes, strict=True):
+            m.train(mode)
 
 
 def embedding_gradient(model: torch.nn.Module, batch: Batch, embeddings: torch.Tensor) -> torch.Tensor:
@@ -67,7 +91,7 @@ def embedding_gradient(model: torch.nn.Module, batch: Batch, embeddings: torch.T
     every example's own gradient in one backward pass.
     """
     embeddings = embeddings.detach().requires_grad_(True)
-    with torch.enable_grad(), _rnn_backward_allowed():
+    with torch.enable_grad(), rnn_backward_allowed(model, embeddings.device):
         logits = model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2, inputs_embeds=embeddings).logits
         (grad,) = torch.autograd.grad(explained_logit(logits, batch.labels).sum(), embeddings)
     return grad
@@ -89,6 +113,8 @@ def compute_importance(measure: ImportanceMeasure, model: torch.nn.Module | None
     """``[N, L]`` float32 importance of every first-sequence token of ``split`` (0 on padding).
 
     ``target`` (:data:`TARGETS`) picks the class that measures with ``explains_class`` explain.
+    On a GPU, ``batch_size`` shrinks to the rows one gradient pass of the model fits there
+    (:func:`roar.models.device.max_rows_per_pass` at the split's longest sequences).
     """
     from tqdm.auto import tqdm
 
@@ -99,6 +125,11 @@ def compute_importance(measure: ImportanceMeasure, model: torch.nn.Module | None
     if model is not None:
         model.eval()
         device = next(model.parameters()).device
+        if device.type == "cuda":
+            from roar.models.device import max_rows_per_pass
+
+            batch_size = min(batch_size, max_rows_per_pass(model, split.tokens.shape[1], split.tokens2.shape[1],
+                                                           device))
     batches = iterate_batches(split, batch_size)
     total = -(-len(split) // batch_size)
     for batch in tqdm(batches, total=total, desc=f"{measure.name} on {split_name}", disable=not progress,

@@ -13,13 +13,16 @@ class IntegratedGradientImportance:
     """``|mean_i dy_c/de(i/n * e) . e|`` for i = 1..n.
 
     The n scaled copies of a batch are stacked along the batch axis and run together, at most
-    ``max_rows`` sequences per forward/backward pass (the memory budget).
+    ``max_rows`` sequences per forward/backward pass (the memory budget); a batch of more than
+    ``max_rows`` examples is explained in parts of ``max_rows``.
 
     Args:
         samples: number of Riemann samples n (paper: 50).
         max_rows: largest number of sequences in one pass (batch rows x samples); None picks
-            128 on the CPU, i.e. one sample of a 128-example batch per pass (stacking runs slower
-            there: bench/bench_integrated_gradients.py), and 8192 on a GPU.
+            :func:`roar.models.device.max_rows_per_pass`: 128 on the CPU, i.e. one sample of a
+            128-example batch per pass (stacking runs slower there:
+            bench/bench_integrated_gradients.py); on a GPU what the model's activations at the
+            batch's length leave room for in free memory (at most 8192).
         batched: stack the samples (True) or run them one pass at a time (reference).
     """
 
@@ -32,11 +35,28 @@ class IntegratedGradientImportance:
             raise ValueError(f"integrated-gradient samples={samples!r} must be >= 1")
         self.samples, self.max_rows, self.batched = samples, max_rows, batched
 
+    def rows_per_pass(self, model: torch.nn.Module, batch: Batch, device: torch.device) -> int:
+        """``max_rows``, or the device's default for ``model`` at ``batch``'s padded lengths."""
+        if self.max_rows:
+            return self.max_rows
+        from roar.models.device import max_rows_per_pass
+
+        length2 = 0 if batch.tokens2 is None else batch.tokens2.shape[1]
+        return max_rows_per_pass(model, batch.tokens.shape[1], length2, device)
+
     def mean_gradient(self, model: torch.nn.Module, batch: Batch, embeddings: torch.Tensor) -> torch.Tensor:
         """``[B, L, D]`` mean gradient over the scaled inputs ``i/n * e``, i = 1..n."""
+        max_rows, rows = self.rows_per_pass(model, batch, embeddings.device), embeddings.shape[0]
+        if rows > max_rows:
+            return torch.cat([self._mean_gradient(model, batch.part(start, start + max_rows),
+                                                  embeddings[start:start + max_rows], max_rows)
+                              for start in range(0, rows, max_rows)])
+        return self._mean_gradient(model, batch, embeddings, max_rows)
+
+    def _mean_gradient(self, model: torch.nn.Module, batch: Batch, embeddings: torch.Tensor,
+                       max_rows: int) -> torch.Tensor:
         n, rows = self.samples, embeddings.shape[0]
         scales = torch.arange(1, n + 1, dtype=embeddings.dtype, device=embeddings.device) / n
-        max_rows = self.max_rows or (8192 if embeddings.is_cuda else 128)
         per_pass = max(1, max_rows // max(rows, 1)) if self.batched else 1
         total = torch.zeros_like(embeddings)
         for start in range(0, n, per_pass):

@@ -26,6 +26,12 @@ class Batch(NamedTuple):
         return Batch(move(self.tokens), move(self.lengths), move(self.tokens2), move(self.lengths2),
                      move(self.labels), self.rows)
 
+    def part(self, start: int, stop: int) -> Batch:
+        """Rows ``start:stop`` of the batch (same padded width)."""
+        cut = lambda t: None if t is None else t[start:stop]  # noqa: E731
+        return Batch(cut(self.tokens), cut(self.lengths), cut(self.tokens2), cut(self.lengths2), cut(self.labels),
+                     self.rows[start:stop])
+
 
 def make_batch(split: Split, rows: np.ndarray) -> Batch:
     """The batch of ``rows`` of ``split``."""

@@ -87,6 +87,15 @@ class BiLSTMAttention(nn.Module):
         embeddings: optional ``[V, D]`` pretrained vectors (rows of pad/special/OOV are zero).
     """
 
+    # cuDNN computes an LSTM's backward pass only in training mode; the gradient measures
+    # differentiate this model in eval mode (roar.importance.base.rnn_backward_allowed). Its LSTMs
+    # have no dropout, so training mode changes nothing else.
+    cudnn_rnn = True
+    # Full float32 training: the model is small and its time is the sequential recurrence, not
+    # matrix throughput, so mixed precision gains little, and rounding to 16 bits would compound
+    # over hundreds of recurrent steps (bAbI, IMDB), moving GPU runs away from CPU runs.
+    mixed_precision = False
+
     def __init__(self, vocab_size: int, n_classes: int, paired: bool, embedding_dim: int = 300,
                  hidden: int = 128, attention_hidden: int = 128, embeddings: torch.Tensor | None = None):
         super().__init__()
@@ -138,6 +147,18 @@ class BiLSTMAttention(nn.Module):
         else:
             logits = self.output(context)
         return ModelOutput(logits, attention, embeddings)
+
+    def saved_floats_per_row(self, length: int, length2: int = 0) -> int:
+        """Float32 values the forward pass keeps for a backward pass, for one row of ``length``
+        (+ ``length2``) tokens: ``(length + length2) * (16 D + 36 H + 2 A)``.
+
+        Per token: the LSTM inputs (time-major and reversed copies), the LSTM kernels' workspace
+        (gates and cell states of both directions, the larger part), the states and the attention
+        layer. The coefficients bound what torch's CPU (oneDNN) kernels keep, measured with
+        ``torch.autograd.graph.saved_tensors_hooks`` (tests/unit/test_device.py); cuDNN keeps less.
+        """
+        dim, hidden = self.embedding.embedding_dim, self.encoder.forward_lstm.hidden_size
+        return (length + length2) * (16 * dim + 36 * hidden + 2 * self.attention_in.out_features)
 
     def make_optimizer(self, config, total_steps: int):
         """Adam with amsgrad; weight decay on everything for pairs, on all but the embedding for

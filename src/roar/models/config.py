@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 
 
 MODELS = ("bilstm-attention", "roberta")
+# runtime.device: the GPU when torch sees one (auto), the CPU, or the GPU or fail (cuda); see roar.models.device.
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass

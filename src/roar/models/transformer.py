@@ -163,6 +163,11 @@ class TransformerClassifier(nn.Module):
         hf_model: an ``AutoModelForSequenceClassification`` model (encoder + classification head).
     """
 
+    cudnn_rnn = False  # no recurrent layers: nothing to switch for the gradient measures
+    # Mixed precision on a GPU (bf16 where supported): Lightning keeps float32 master weights, so
+    # the saved model and the importance pass stay float32; the matrix products run on tensor cores.
+    mixed_precision = True
+
     def __init__(self, hf_model: nn.Module):
         super().__init__()
         self.hf = hf_model
@@ -228,6 +233,23 @@ class TransformerClassifier(nn.Module):
         logits = self.hf(inputs_embeds=packed, attention_mask=attention_mask,
                          token_type_ids=segments if self.uses_token_types else None).logits
         return ModelOutput(logits, None, embeddings)
+
+    def saved_floats_per_row(self, length: int, length2: int = 0) -> int:
+        """Float32 values the forward pass keeps for a backward pass, for one row of ``length``
+        (+ ``length2``) tokens (packed into ``T = length + length2``).
+
+        Per token and layer ``10 d + 2 I`` (the attention's inputs, queries, keys, values and
+        output, the residual and LayerNorm inputs, the feed-forward's input and its ``I``-wide
+        activation before and after GELU), plus ``4 d`` for the embeddings and the head; with
+        eager attention (not SDPA) also ``2 heads T`` per token and layer for the scores and
+        probabilities. Measured against ``saved_tensors_hooks`` in tests/unit/test_device.py.
+        """
+        config = self.hf.config
+        tokens, dim = length + length2, config.hidden_size
+        layers, heads = config.num_hidden_layers, config.num_attention_heads
+        inner = getattr(config, "intermediate_size", None) or 4 * dim
+        eager = getattr(config, "_attn_implementation", None) == "eager"
+        return tokens * (layers * (10 * dim + 2 * inner) + 4 * dim) + (2 * layers * heads * tokens ** 2 if eager else 0)
 
     def make_optimizer(self, config, total_steps: int):
         """AdamW (betas 0.9, 0.98) with weight decay on all but biases and LayerNorm weights, and a
