@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 CAL_LENGTH = 128  # calibrated tokens per example (shorter when the data's examples are shorter)
+TRANSFORMER_LENGTH = 64
 TOKENS_PER_BATCH = {"bilstm-attention": 4096, "roberta": 256}  # calibration batch budget (tokens)
 # Measures timed as a gradient pass (one forward and backward per evaluation); for the transformer
 # also integrated gradients, whose batched samples cost ~0.6 of a gradient pass each on bAbI-1 (an
@@ -29,10 +30,13 @@ IG_SAMPLES = 4
 N_VOCAB = 1000
 
 
-def _length(tokens_per_row: float) -> int:
+def _length(tokens_per_row: float, model: str) -> int:
     """The calibrated length: a power of two from 16 up to :data:`CAL_LENGTH`, near the data's mean.
     Per-token cost barely depends on length below 512 (the BiLSTM's recurrence is linear in it; in
-    RoBERTa-base attention is ~5 % of the arithmetic at 256 tokens), so longer data use CAL_LENGTH."""
+    RoBERTa-base attention is ~5 % of the arithmetic at 256 tokens, ~10 % at 512), so longer data use
+    CAL_LENGTH, and the transformer one short length for every dataset (one model, two timings)."""
+    if model != "bilstm-attention":
+        return TRANSFORMER_LENGTH
     length = 16
     while length < min(tokens_per_row, CAL_LENGTH):
         length *= 2
@@ -147,7 +151,7 @@ def calibrate(params: dict, needed: list[tuple], sizes: dict) -> tuple[dict, str
     for (dataset, model), whats in by_pair.items():
         train = dict(section(params, "train", model, dataset))
         paired = dataset_spec(dataset).paired
-        length = _length(sizes[(dataset, model)].tokens_per_row)
+        length = _length(sizes[(dataset, model)].tokens_per_row, model)
         budget = TOKENS_PER_BATCH[model] // length
         batch = {"train": int(train.get("batch_size", 32)), "importance": int(imp.get("batch_size", 128))}
         splits = {k: synthetic_split(max(1, min(v, budget)), length, paired) for k, v in batch.items()}

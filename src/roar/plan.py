@@ -454,7 +454,7 @@ def format_plan(plan: Plan) -> str:
     """The plan as text: sources, a table per stage kind and per dataset/model, total and wall time."""
     gpu = bool(plan.speedup)
     factor = ", ".join(f"{m} x{f:g}" for m, f in plan.speedup.items())
-    head = f"{'':<{LABEL}}{'stages':>8}{'trainings':>11}{'imp. passes':>13}{'local h':>11}" + (f"{'GPU h':>10}" if gpu else "")
+    head = f"{'':<{LABEL}}{'stages':>8}{'trainings':>11}{'imp. passes':>13}{'local h':>14}" + (f"{'GPU h':>12}" if gpu else "")
     lines = [f"plan of {plan.where} (study {plan.study})", "", ("throughput (seconds per unit; units: train tokens x "
              "epochs, all-split tokens x model evaluations):")]
     for (d, m, w), rate in sorted(plan.rates.items()):
@@ -472,10 +472,10 @@ def format_plan(plan: Plan) -> str:
     def row(label: str, stages: list[Stage]) -> str:
         local = None if any(s.local_s is None for s in stages) else sum(s.local_s for s in stages)
         text = (f"{label:<{LABEL}}{len(stages):>8,}{sum(s.trainings for s in stages):>11,}"
-                f"{sum(s.passes for s in stages):>13,}{_hours(local):>11}")
+                f"{sum(s.passes for s in stages):>13,}{_hours(local):>14}")
         if gpu:
             g = [plan.gpu_seconds(s) for s in stages]
-            text += f"{_hours(None if None in g else sum(g)):>10}"
+            text += f"{_hours(None if None in g else sum(g)):>12}"
         return text
 
     for kind in [k for wave in WAVES for k in wave]:
