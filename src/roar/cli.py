@@ -257,6 +257,23 @@ class Executor(str, Enum):
 
 
 @command()
+def plan(params_file: Path = typer.Argument(Path("params.yaml"), metavar="[PARAMS]", help="Study to plan."),
+         jobs: int = typer.Option(1, "--jobs", help="Stages run at once (for the wall time)."),
+         gpu_speedup: str = typer.Option(None, "--gpu-speedup", help="GPU speed-up over one local stage process: "
+                                         "X for every model, or MODEL=X,... (e.g. bilstm-attention=5,roberta=40)."),
+         calibrate: bool = typer.Option(False, "--calibrate", help="Time synthetic batches (about 30 s) for what "
+                                        "no earlier run in the MLflow store measured."),
+         mlflow_uri: str = typer.Option(None, "--mlflow", help="MLflow store with earlier runs (default: the "
+                                        "project's tracking URI).")) -> None:
+    """Print the stages, trainings and importance passes of PARAMS and an estimate of their compute."""
+    from roar.plan import build_plan, format_plan
+
+    loaded = _load(params_file)
+    typer.echo(format_plan(build_plan(loaded, str(params_file), Path("."), mlflow_uri, jobs, gpu_speedup,
+                                      calibrate)))
+
+
+@command()
 def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local executor)."),
              push: bool = typer.Option(True, "--push/--no-push", help="Push outputs to the DVC remote."),
              executor: Executor = typer.Option(Executor.local, help="local: on this machine; slurm: one "
