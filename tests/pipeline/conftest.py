@@ -85,3 +85,15 @@ def project(tmp_path_factory) -> Path:
     sh("roar", "pipeline", "--jobs", "2", cwd=root)
     shutil.copy(root / "reports" / "racu.csv", root.parent / "racu-local-run.csv")  # later tests edit params
     return root
+
+
+# Lines a test wants in the session's summary (e.g. the Slurm jobs it ran), shown even with -q,
+# so that a CI log says what ran.
+REPORT: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if REPORT:
+        terminalreporter.section("pipeline report")
+        for line in REPORT:
+            terminalreporter.write_line(line)

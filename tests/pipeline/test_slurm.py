@@ -74,13 +74,17 @@ def submission(root: Path) -> dict:
 def test_study_through_slurm_matches_the_local_run(cluster, project: Path, tmp_path: Path) -> None:
     root = make_project(tmp_path / "slurm", slurm_params())
     proc = submit(root)
-    print(proc.stdout)  # the summary table, kept in the test log
+    REPORT.extend(["test_slurm: the tiny study through `roar pipeline --executor slurm --wait`:", *proc.stdout.splitlines()])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     jobs = {job["stage"]: job for job in submission(root)["jobs"]}
     stages = sh("dvc", "stage", "list", "--name-only", cwd=root).split()
     assert sorted(jobs) == sorted([*stages, "finish"])  # one job per stage, and the finish job
     assert {job["state"] for job in jobs.values()} == {"COMPLETED"}
+    squeue = subprocess.run(["squeue", "--state=all", "-j", ",".join(j["job_id"] for j in jobs.values()),
+                             "-o", "%.6i %.45j %.10T %.8M %r"], capture_output=True, text=True, check=True).stdout
+    REPORT.extend(["test_slurm: squeue --state=all:", *squeue.splitlines()])
+    assert squeue.count("COMPLETED") == len(jobs)
     # afterok edges follow dvc.yaml: a chain waits for its data and its seed's k = 0 model
     chain = jobs["recursive@babi-1-bilstm-attention-attention-1"]
     assert sorted(chain["after"]) == sorted([jobs["prepare@babi-1-bilstm-attention"]["job_id"],
@@ -92,6 +96,8 @@ def test_study_through_slurm_matches_the_local_run(cluster, project: Path, tmp_p
 
     # the same numbers as the local executor's run of the same study
     assert (root / "reports" / "racu.csv").read_text() == (project.parent / "racu-local-run.csv").read_text()
+    REPORT.append("test_slurm: reports/racu.csv is byte-identical to the local executor's:")
+    REPORT.extend("  " + line for line in (root / "reports" / "racu.csv").read_text().splitlines())
     # one study run, ended by the finish job, holding every chain
     runs = mlflow_runs(root, "tiny")
     study = [r for r in runs if r.data.tags["roar.kind"] == "study"]
@@ -110,7 +116,7 @@ def test_a_killed_stage_cancels_its_dependents_and_a_resubmission_resumes(cluste
     root = make_project(tmp_path / "killed", slurm_params(measures=["random"], seeds=[0]))
     # every chain process SIGKILLs itself after writing step 70's masked data (a node failure)
     proc = submit(root, ROAR_FAILPOINT="data-written@k70")
-    print(proc.stdout)
+    REPORT.extend(["test_slurm: a chain SIGKILLed at step 70 (ROAR_FAILPOINT=data-written@k70):", *proc.stdout.splitlines()])
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     states = {job["stage"]: job["state"] for job in submission(root)["jobs"]}
     assert states == {"prepare@babi-1-bilstm-attention": "COMPLETED", "train_k0@babi-1-bilstm-attention-0": "COMPLETED",
@@ -122,7 +128,7 @@ def test_a_killed_stage_cancels_its_dependents_and_a_resubmission_resumes(cluste
     finished_40 = step40.read_text()
 
     resumed = submit(root)
-    print(resumed.stdout)
+    REPORT.extend(["test_slurm: resubmitted:", *resumed.stdout.splitlines()])
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     # only what was not done is submitted again, and the finished step 40 is reused as it was
     assert sorted(job["stage"] for job in submission(root)["jobs"]) == [
