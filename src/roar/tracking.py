@@ -66,6 +66,7 @@ def check_server(uri: str, timeout: float = 10.0) -> None:
     client would retry for minutes first). Any HTTP answer counts: an auth proxy may refuse /health."""
     if not uri.startswith(("http://", "https://")):
         return
+    import ssl
     import urllib.error
     import urllib.request
 
@@ -77,6 +78,8 @@ def check_server(uri: str, timeout: float = 10.0) -> None:
         pass
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
+        if isinstance(reason, ssl.SSLError):  # a server answers; MLflow's own TLS settings decide
+            return
         raise RoarError(f"MLFLOW_TRACKING_URI={uri}: no MLflow server answers there ({reason}); start it "
                         "(`mlflow server ...`, see the README's 'Tracking for a team') or unset "
                         "MLFLOW_TRACKING_URI to track in sqlite:///mlflow.db") from None

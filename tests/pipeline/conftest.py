@@ -138,7 +138,7 @@ def server_process(args: list[str], ready_url: str, what: str, timeout: float = 
         wait_until(lambda: answers(ready_url), timeout, what, proc)
         yield proc
     finally:
-        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
             try:
                 os.killpg(proc.pid, sig)
                 proc.wait(timeout=wait)
