@@ -21,7 +21,8 @@ run: setup
 	roar pipeline --jobs $(JOBS) && \
 	echo "[roar] make run: $$(( $$(date +%s) - start )) s" && \
 	echo "[roar] report: reports/racu.csv, reports/curves.csv, reports/points.csv" && \
-	echo "[roar] MLflow UI: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1"
+	if [ -n "$$MLFLOW_TRACKING_URI" ]; then echo "[roar] MLflow: $$MLFLOW_TRACKING_URI"; \
+	else echo "[roar] MLflow UI: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1"; fi
 
 test: setup
 	$(BIN)/python -m pytest -q

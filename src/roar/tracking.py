@@ -54,6 +54,37 @@ def tracking_uri(root: Path = Path(".")) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root.resolve() / 'mlflow.db'}"
 
 
+def is_local_store(uri: str) -> bool:
+    """Whether ``uri`` is a SQLite file (the one-user default): its experiments keep their artifacts
+    beside it, under ``<root>/mlartifacts``. Any other store (a team's ``http(s)://`` server)
+    decides the artifact location itself (e.g. ``mlflow-artifacts:/`` proxied to S3)."""
+    return uri.startswith("sqlite:")
+
+
+def check_server(uri: str, timeout: float = 10.0) -> None:
+    """Fail in one line, at once, when an ``http(s)`` tracking URI has no server answering (MLflow's
+    client would retry for minutes first). Any HTTP answer counts: an auth proxy may refuse /health."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from roar.errors import RoarError
+
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        pass
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        if isinstance(reason, ssl.SSLError):  # a server answers; MLflow's own TLS settings decide
+            return
+        raise RoarError(f"MLFLOW_TRACKING_URI={uri}: no MLflow server answers there ({reason}); start it "
+                        "(`mlflow server ...`, see the README's 'Tracking for a team') or unset "
+                        "MLFLOW_TRACKING_URI to track in sqlite:///mlflow.db") from None
+
+
 def _is_pipeline_output(path: str) -> bool:
     """Files that running the pipeline itself changes (DVC's lock and ignores, the report)."""
     return path == "dvc.lock" or path.endswith(".gitignore") or path.startswith("reports/")
@@ -90,13 +121,28 @@ class Tracker:
         logging.getLogger("alembic").setLevel(logging.WARNING)
         self.root = root
         self.uri = tracking_uri(root)
+        check_server(self.uri)
         self.client = MlflowClient(self.uri)
         self.commit = git_commit(root)
         with _lock(root):
-            found = self.client.get_experiment_by_name(experiment)
-            self.experiment_id = (found.experiment_id if found else self.client.create_experiment(
-                experiment, artifact_location=(root.resolve() / "mlartifacts" / experiment).as_uri()))
+            self.experiment_id = self._experiment_id(experiment)
         self.end_orphans()
+
+    def _experiment_id(self, name: str) -> str:
+        """Find or create the experiment ``name``. Workspaces on other machines may share a tracking
+        server, so another process may create it first: then that one is used."""
+        from mlflow.exceptions import MlflowException
+
+        found = self.client.get_experiment_by_name(name)
+        if found:
+            return found.experiment_id
+        location = (self.root.resolve() / "mlartifacts" / name).as_uri() if is_local_store(self.uri) else None
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except MlflowException as error:
+            if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return self.client.get_experiment_by_name(name).experiment_id
 
     def end_orphans(self) -> list[str]:
         """Mark KILLED every RUNNING run whose owning process (on this host) is gone: a stage or
@@ -160,7 +206,7 @@ class Tracker:
         self.end(run_id)
 
     def study_run(self, study_name: str, study_key: str, params: dict, owned: bool = False) -> str:
-        """The study run of this grid and commit: ``ROAR_STUDY_RUN_ID``, else found or created once.
+        """The study run of this grid, commit and workspace: ``ROAR_STUDY_RUN_ID``, else found or created once.
 
         ``owned``: the caller (``roar pipeline``) keeps the run RUNNING while it works and ends it;
         a study run that a single stage creates (plain ``dvc repro``) only groups the stages' runs
@@ -168,18 +214,22 @@ class Tracker:
         """
         if os.environ.get("ROAR_STUDY_RUN_ID") and not owned:
             return os.environ["ROAR_STUDY_RUN_ID"]
+        # one study run per workspace: teammates' clones that share a tracking server do not merge
+        workspace = str(self.root.resolve()).replace("'", "")
         with _lock(self.root):
             runs = self.client.search_runs(
                 [self.experiment_id],
                 f"tags.`roar.kind` = 'study' and tags.`roar.study_key` = '{study_key}' "
-                f"and tags.`roar.git_commit` = '{self.commit}'", max_results=1)
+                f"and tags.`roar.git_commit` = '{self.commit}' and tags.`roar.workspace` = '{workspace}'",
+                max_results=1)
             if runs:
                 run_id = runs[0].info.run_id
                 if owned:  # reopened by this pipeline run
                     self.client.update_run(run_id, status="RUNNING")
                     self.client.set_tag(run_id, PROCESS_TAG, process_identity())
                 return run_id
-            run_id = self.start("study", study_name, None, {"roar.study_key": study_key}, params)
+            run_id = self.start("study", study_name, None, {"roar.study_key": study_key, "roar.workspace": workspace},
+                                params)
             if not owned:
                 self.end(run_id)
         return run_id

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -54,16 +62,17 @@ def make_project(root: Path, params: dict) -> Path:
     return root
 
 
-def mlflow_runs(root: Path, experiment: str):
+def mlflow_runs(root: Path, experiment: str, uri: str | None = None):
+    """Every run of ``experiment`` in ``uri`` (default: ``root``'s own ``mlflow.db``)."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    client = MlflowClient(uri or f"sqlite:///{root / 'mlflow.db'}")
     found = client.get_experiment_by_name(experiment)
     return client.search_runs([found.experiment_id], max_results=10_000)
 
 
 def tiny_params() -> dict:
-    """The default params shrunk to a tiny study (2 measures, 2 seeds, steps 40 and 70)."""
+    """The tiny study of the pipeline tests: 2 measures x 2 seeds x steps 40, 70 on small bAbI-1."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["study"].update(name="tiny", measures=["random", "attention"], seeds=[0, 1], steps=[40, 70])
     # big enough to learn something (k = 0 well above chance), so that RACU is defined
@@ -77,14 +86,90 @@ def tiny_params() -> dict:
 TINY_RUN_KINDS = {"study": 1, "chain": 8, "step": 12, "train": 12, "importance": 8, "report": 1}
 
 
+@dataclass
+class TinyStudy:
+    """The tiny study run once per session by ``roar pipeline`` with the default (SQLite) tracking;
+    ``runs``: its MLflow runs as they were right after the pipeline (later tests add runs)."""
+
+    root: Path
+    runs: list
+    racu: str  # reports/racu.csv as the pipeline wrote it
+
+
 @pytest.fixture(scope="session")
-def project(tmp_path_factory) -> Path:
-    """A git + DVC project holding this repo's pipeline files and a tiny params.yaml, run once
-    with the local executor (shared by the test modules that compare against it)."""
+def tiny_study(tmp_path_factory) -> TinyStudy:
     root = make_project(tmp_path_factory.mktemp("project") / "tiny", tiny_params())
     sh("roar", "pipeline", "--jobs", "2", cwd=root)
-    shutil.copy(root / "reports" / "racu.csv", root.parent / "racu-local-run.csv")  # later tests edit params
-    return root
+    return TinyStudy(root, mlflow_runs(root, "tiny"), (root / "reports" / "racu.csv").read_text())
+
+
+# Fake credentials for the local S3-protocol server (moto), which accepts any.
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(ready: Callable[[], bool], timeout: float, what: str, server: subprocess.Popen | None = None) -> None:
+    """Poll ``ready`` until it holds; fail the test after ``timeout`` s or when ``server`` exits."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert server is None or server.poll() is None, f"{what} exited with status {server.returncode}"
+        assert time.monotonic() < deadline, f"{what} not ready after {timeout:.0f} s"
+        time.sleep(0.2)
+
+
+def answers(url: str) -> bool:
+    """Whether an HTTP server answers at ``url`` (any status)."""
+    try:
+        urllib.request.urlopen(url, timeout=2).close()
+    except urllib.error.HTTPError:
+        pass
+    except (urllib.error.URLError, OSError):
+        return False
+    return True
+
+
+@contextmanager
+def server_process(args: list[str], ready_url: str, what: str, timeout: float = 60.0,
+                   env: dict | None = None, log: Path | None = None) -> Iterator[subprocess.Popen]:
+    """A server started in its own process group, ready when ``ready_url`` answers; the whole group
+    (a server may fork workers) is terminated on exit, whatever happened."""
+    out = open(log, "w") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: answers(ready_url), timeout, what, proc)
+        yield proc
+    finally:
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=wait)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if log:
+            out.close()
+
+
+@contextmanager
+def s3_server(*buckets: str) -> Iterator[str]:
+    """A real S3-protocol server (moto) on 127.0.0.1 holding empty ``buckets``; yields its URL."""
+    import boto3
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with server_process([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], url, "moto_server"):
+        s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="test",
+                          aws_secret_access_key="test")
+        for bucket in buckets:
+            s3.create_bucket(Bucket=bucket)
+        yield url
 
 
 # Lines a test wants in the session's summary (e.g. the Slurm jobs it ran), shown even with -q,

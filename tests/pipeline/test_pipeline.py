@@ -5,16 +5,20 @@ from __future__ import annotations
 import collections
 import json
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, REPO, TINY_RUN_KINDS, make_project, mlflow_runs, project_env, sh
+from conftest import S3_CREDENTIALS, TINY_RUN_KINDS, TinyStudy, mlflow_runs, project_env, s3_server, sh
 
 pytestmark = pytest.mark.pipeline
+
+
+@pytest.fixture(scope="module")
+def project(tiny_study: TinyStudy) -> Path:
+    """A git + DVC project holding this repo's pipeline files and a tiny params.yaml, run once."""
+    return tiny_study.root
 
 
 def runs(root: Path):
@@ -190,33 +194,13 @@ def test_param_change_reruns_only_that_measure(project: Path) -> None:
     assert changed == ["recursive@babi-1-bilstm-attention-attention-0", "recursive@babi-1-bilstm-attention-attention-1"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_s3_remote_push_and_pull_in_a_clean_clone(project: Path, tmp_path: Path) -> None:
     """Push to a real S3-protocol server (moto) on 127.0.0.1; a fresh clone pulls every output."""
-    port = _free_port()
-    server = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        env = project_env(project, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
-                          AWS_DEFAULT_REGION="us-east-1")
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        import boto3
-
-        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                     aws_access_key_id="test", aws_secret_access_key="test").create_bucket(Bucket="roar")
+    with s3_server("roar") as endpoint:
+        env = project_env(project, **S3_CREDENTIALS)
         sh("git", "checkout", "-q", "params.yaml", cwd=project)
         sh("dvc", "remote", "add", "-f", "s3", "s3://roar/store", cwd=project)
-        sh("dvc", "remote", "modify", "s3", "endpointurl", f"http://127.0.0.1:{port}", cwd=project)
+        sh("dvc", "remote", "modify", "s3", "endpointurl", endpoint, cwd=project)
         sh("git", "add", "-A", cwd=project)
         sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "results", cwd=project)
         sh("dvc", "push", "-r", "s3", cwd=project, env=env)
@@ -232,6 +216,3 @@ def test_s3_remote_push_and_pull_in_a_clean_clone(project: Path, tmp_path: Path)
             (project / "models/babi-1/bilstm-attention/k0/s0/model.safetensors").read_bytes()
         status = sh("dvc", "status", cwd=clone, env=env)
         assert "up to date" in status
-    finally:
-        server.terminate()
-        server.wait(timeout=10)

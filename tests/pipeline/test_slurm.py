@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import (
     REPO,
+    REPORT,
     TINY_RUN_KINDS,
+    TinyStudy,
     make_project,
     mlflow_runs,
     project_env,
@@ -71,7 +73,7 @@ def submission(root: Path) -> dict:
     return json.loads(found[-1].read_text())
 
 
-def test_study_through_slurm_matches_the_local_run(cluster, project: Path, tmp_path: Path) -> None:
+def test_study_through_slurm_matches_the_local_run(cluster, tiny_study: TinyStudy, tmp_path: Path) -> None:
     root = make_project(tmp_path / "slurm", slurm_params())
     proc = submit(root)
     REPORT.extend(["test_slurm: the tiny study through `roar pipeline --executor slurm --wait`:", *proc.stdout.splitlines()])
@@ -95,7 +97,7 @@ def test_study_through_slurm_matches_the_local_run(cluster, project: Path, tmp_p
     assert "[roar] recursive@babi-1-bilstm-attention-random-0 on" in log
 
     # the same numbers as the local executor's run of the same study
-    assert (root / "reports" / "racu.csv").read_text() == (project.parent / "racu-local-run.csv").read_text()
+    assert (root / "reports" / "racu.csv").read_text() == tiny_study.racu
     REPORT.append("test_slurm: reports/racu.csv is byte-identical to the local executor's:")
     REPORT.extend("  " + line for line in (root / "reports" / "racu.csv").read_text().splitlines())
     # one study run, ended by the finish job, holding every chain
