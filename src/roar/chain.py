@@ -21,7 +21,7 @@ from roar.errors import RoarError
 from roar.faults import at_step, failpoint
 from roar.fileio import content_hash, write_json_atomic
 from roar.leakage import leakage
-from roar.masking import mask_split, masked_fraction
+from roar.masking import mask_all, mask_split, masked_fraction
 from roar.params import section
 from roar.paths import Layout, step_dir
 from roar.provenance import chain_code_fingerprint, library_versions
@@ -99,6 +99,7 @@ class _ChainContext:
     n_vocab: int
     importance_cache: dict = field(default_factory=dict)
     last_masked: dict | None = None  # the previous step's masked splits, when computed in this process
+    scorers: dict = field(default_factory=dict)  # loaded models of the no-retrain curves, by content hash
 
 
 class ChainRunner(Runner):
@@ -136,6 +137,7 @@ class ChainRunner(Runner):
         context = _ChainContext(spec, meta, folders, recipe, tags, (prepared / "vocab.json").read_text(),
                                 vocab_size(prepared))
         previous, records = base, []
+        last = self.study.steps[-1]
         with self.tracker.run("chain", spec.name, self.study_run, tags,
                               {"steps": self.study.steps, **step_params}) as chain_run:
             for k in self.study.steps:
@@ -145,14 +147,77 @@ class ChainRunner(Runner):
                 step_key = fingerprint({"k": k, "data": source.data_hash, "model": source.model_hash, **recipe})
                 record = _load_done(folders[2] / f"k{k}.json", step_key, self.log)
                 if record is not None:
-                    self._log_reused_step(chain_run, context, k, record)
+                    step_run = self._log_reused_step(chain_run, context, k, record)
                 else:
                     record = self._run_step(chain_run, context, k, step_key, source)
+                    step_run = record["step_run_id"]
+                this = StepInput(Path(record["data_path"]), record["data_hash"], Path(record["model_path"]),
+                                 record["model_hash"], context.last_masked)
+                # the k = 100 point of the no-retrain curves is scored with the last step
+                end = (base, this) if k == last and self.study.end_k is not None else None
+                record = self._score_without_retraining(chain_run, step_run, context, k, record,
+                                                        {"k0-model": base, "previous-model": previous}, end)
                 records.append(record)
-                previous = StepInput(Path(record["data_path"]), record["data_hash"], Path(record["model_path"]),
-                                     record["model_hash"], context.last_masked)
+                previous = this
                 context.last_masked = None
         return records
+
+    def _score_without_retraining(self, chain_run: str, step_run: str, ctx: _ChainContext, k: int, record: dict,
+                                  models: dict[str, StepInput], end: tuple[StepInput, StepInput] | None) -> dict:
+        """Add the no-retrain curves to a step record: its masked test split scored by the k = 0 model and by
+        the previous step's model (``models``), and with ``end`` = (k = 0 model, this step's model) the
+        all-masked test split too. Entries already in the record are kept only when made from the same
+        data and model hashes (a record of older code, or whose previous step was retrained, is completed);
+        the record is rewritten when anything was added. Logs the values on the step and chain runs."""
+        data = ctx.last_masked["test"] if ctx.last_masked else None
+        scores = dict(record.get(NO_RETRAIN) or {})
+        changed = False
+        for curve, source in models.items():
+            if not _current(scores.get(curve), record["data_hash"], source.model_hash):
+                if data is None:
+                    data = read_dataset(Path(record["data_path"]))[1]["test"]
+                scores[curve] = self._score(ctx, source, data, record["data_hash"])
+                changed = True
+        metrics = {f"{_prefix(c)}_{ctx.meta.metric}": e["value"] for c, e in scores.items()}
+        steps = {k: metrics}
+        if end is not None:
+            base, this = end
+            end_scores = dict(record.get(NO_RETRAIN_END) or {})
+            if end_scores.get("k") != self.study.end_k:
+                end_scores = {"k": self.study.end_k}
+            all_masked = None
+            for curve, source in (("k0-model", base), ("previous-model", this)):
+                if not _current(end_scores.get(curve), base.data_hash, source.model_hash):
+                    if all_masked is None:
+                        test = base.splits["test"] if base.splits else read_dataset(base.data_dir)[1]["test"]
+                        all_masked = mask_all(test, ctx.meta.mask_id, ctx.meta.unmaskable_ids)
+                    end_scores[curve] = self._score(ctx, source, all_masked, base.data_hash)
+                    changed = True
+            steps[self.study.end_k] = {f"{_prefix(c)}_{ctx.meta.metric}": end_scores[c]["value"]
+                                       for c in ("k0-model", "previous-model")}
+            record = {**record, NO_RETRAIN_END: end_scores}
+        record = {**record, NO_RETRAIN: scores}
+        if changed:
+            write_json_atomic(ctx.folders[2] / f"k{k}.json", record)
+        self.tracker.log_metrics(step_run, {**metrics, **{f"{_prefix(c)}_seconds": e["seconds"]
+                                                          for c, e in scores.items()}})
+        for step, values in steps.items():
+            self.tracker.log_metrics(chain_run, values, step)
+        return record
+
+    def _score(self, ctx: _ChainContext, model: StepInput, split: Split, data_hash: str) -> dict:
+        """The test metric of the model in ``model`` on ``split`` (made from the data ``data_hash``), with the
+        seconds it took (model load included, as a standalone scoring would pay it)."""
+        from roar.training import load_model, score_split
+
+        start = time.perf_counter()
+        loaded = ctx.scorers.pop(model.model_hash, None) or load_model(model.model_dir).to(self.device)
+        ctx.scorers[model.model_hash] = loaded  # most recently used last; keep the k = 0 model and one other
+        while len(ctx.scorers) > 2:
+            ctx.scorers.pop(next(iter(ctx.scorers)))
+        value = score_split(loaded, split, ctx.meta.metric)
+        return {"value": value, "seconds": time.perf_counter() - start, "data_hash": data_hash,
+                "model_hash": model.model_hash}
 
     def _run_step(self, chain_run: str, ctx: _ChainContext, k: int, step_key: str, source: StepInput) -> dict:
         """Importance of ``source`` (data and model), mask up to k, write the data, train and save a
@@ -218,16 +283,31 @@ class ChainRunner(Runner):
         at_step(None)
         return record
 
-    def _log_reused_step(self, chain_run: str, ctx: _ChainContext, k: int, record: dict) -> None:
+    def _log_reused_step(self, chain_run: str, ctx: _ChainContext, k: int, record: dict) -> str:
         """A step run for a reused step: marked, linked to the run that computed it, same metrics."""
         tags = {**ctx.tags, "roar.k": k, "roar.reused": "true", "roar.reused_from": record.get("step_run_id", ""),
                 "roar.data_hash": record["data_hash"], "roar.model_hash": record["model_hash"],
                 "roar.input_data_hash": record["input_data_hash"], "roar.input_model_hash": record["input_model_hash"]}
         with self.tracker.run("step", f"k={k} (reused)", chain_run, tags, {"k": k}) as step_run:
             self.tracker.log_metrics(step_run, {record["metric"]: record["value"], **record.get("leakage", {})})
+        return step_run
 
     def log(self, message: str) -> None:
         print(f"[roar] {message}", file=sys.stderr)
+
+
+NO_RETRAIN = "no_retrain"  # record key: {curve: {value, seconds, data_hash, model_hash}} at the step's k
+NO_RETRAIN_END = "no_retrain_end"  # on the last step's record: the same at k = end_k (all masked), with "k"
+
+
+def _prefix(curve: str) -> str:
+    """``k0-model`` -> ``k0_model``: the MLflow metric prefix of a no-retrain curve."""
+    return curve.replace("-", "_")
+
+
+def _current(entry: dict | None, data_hash: str, model_hash: str) -> bool:
+    """Whether a stored no-retrain score was made from this data and this model."""
+    return bool(entry) and entry.get("data_hash") == data_hash and entry.get("model_hash") == model_hash
 
 
 def write_unsupported(layout: Layout, spec: ChainSpec, reason: str) -> None:

@@ -106,10 +106,14 @@ def masked_fraction(split: Split, mask_id: int = MASK_ID, unmaskable_ids: tuple[
     return float((maskable & (split.tokens == mask_id)).sum() / max(maskable.sum(), 1))
 
 
+def mask_all(split: Split, mask_id: int = MASK_ID, unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> Split:
+    """The split with every maskable first-sequence token masked (the k = 100 point)."""
+    return mask_split(split, np.zeros(split.tokens.shape), 100, "quantile", mask_id, unmaskable_ids)
+
+
 def write_all_masked(prepared: Path, out: Path) -> None:
     """The k = 100 dataset: every maskable first-sequence token masked (measure-independent)."""
     meta, splits = read_dataset(prepared)
-    masked = {name: mask_split(split, np.zeros(split.tokens.shape), 100, "quantile", meta.mask_id, meta.unmaskable_ids)
-              for name, split in splits.items()}
+    masked = {name: mask_all(split, meta.mask_id, meta.unmaskable_ids) for name, split in splits.items()}
     write_dataset(out, meta, (prepared / "vocab.json").read_text(), masked)
 

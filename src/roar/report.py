@@ -18,6 +18,7 @@ from roar.params import Study, study_from_params
 from roar.racu import BOOTSTRAP_RESAMPLES, MIN_BOOTSTRAP_VALUES, mean_interval, racu_seed
 
 POINT_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "seed", "k", "metric", "value"]
+RETRAINED = "retrained"  # the (Recursive) ROAR curve; the no-retrain curves are named in the step records
 CURVE_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "k", "metric", "mean", "low", "high",
                  "n_seeds", "interval"]
 RACU_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "racu_mean", "racu_low", "racu_high", "n_seeds",
@@ -36,8 +37,20 @@ def read_records(results: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(results.rglob("*.json"))]
 
 
+def _no_retrain_rows(r: dict, study: Study) -> list[dict]:
+    """The no-retrain points of a step record: its k, and k = end_k from the last step's record."""
+    rows = [{**{c: r[c] for c in POINT_COLUMNS}, "value": e["value"], "curve": curve}
+            for curve, e in (r.get("no_retrain") or {}).items()]
+    end = r.get("no_retrain_end") or {}
+    if r["k"] == study.steps[-1] and study.end_k is not None and end.get("k") == study.end_k:
+        rows += [{**{c: r[c] for c in POINT_COLUMNS}, "k": study.end_k, "value": e["value"], "curve": curve}
+                 for curve, e in end.items() if curve != "k"]
+    return rows
+
+
 def collect_points(records: list[dict], study: Study) -> pd.DataFrame:
-    """One row per curve point and seed; shared points (k = 0, all masked) join every chain."""
+    """One row per curve point and seed (``curve``: ``retrained`` or a no-retrain curve); shared points join
+    every chain: k = 0 (the k = 0 model on unmasked data) every curve, all-masked the retrained one."""
     shared = [r for r in records if r["measure"] == "shared"]
     chains = [r for r in records if r["measure"] != "shared"]
     rows = []
@@ -46,17 +59,28 @@ def collect_points(records: list[dict], study: Study) -> pd.DataFrame:
         if (r["dataset"] in study.datasets and r["model"] in study.models and r["seed"] in study.seeds
                 and (r["measure"], r["recursive"]) in wanted and r["k"] in study.steps
                 and r["strategy"] == study.strategy):
-            rows.append({c: r[c] for c in POINT_COLUMNS})
-    chain_ids = {tuple(row[c] for c in CHAIN_KEYS) + (row["seed"],) for row in rows}
+            rows.append({**{c: r[c] for c in POINT_COLUMNS}, "curve": RETRAINED})
+            rows += _no_retrain_rows(r, study)
+    chain_curves = {tuple(row[c] for c in CHAIN_KEYS) + (row["seed"], row["curve"]) for row in rows}
     for r in shared:
         if r["k"] not in (0, study.end_k) or r["strategy"] != study.strategy:
             continue
-        for dataset, model, measure, recursive, strategy, seed in chain_ids:
-            if (dataset, model, seed) == (r["dataset"], r["model"], r["seed"]):
-                rows.append({**{c: r[c] for c in POINT_COLUMNS}, "measure": measure, "recursive": recursive})
-    points = pd.DataFrame(rows, columns=POINT_COLUMNS)
+        for dataset, model, measure, recursive, strategy, seed, curve in chain_curves:
+            if (dataset, model, seed) == (r["dataset"], r["model"], r["seed"]) and (r["k"] == 0 or curve == RETRAINED):
+                rows.append({**{c: r[c] for c in POINT_COLUMNS}, "measure": measure, "recursive": recursive,
+                             "curve": curve})
+    points = pd.DataFrame(rows, columns=POINT_COLUMNS + ["curve"])
     points["recursive"] = points["recursive"].astype(bool)
-    return points.sort_values(["dataset", "model", "measure", "recursive", "strategy", "seed", "k"]).reset_index(drop=True)
+    return points.sort_values(["dataset", "model", "measure", "recursive", "strategy", "curve", "seed", "k"],
+                              key=lambda c: c.map({RETRAINED: ""}).fillna(c) if c.name == "curve" else c
+                              ).reset_index(drop=True)
+
+
+def retrained(points: pd.DataFrame) -> pd.DataFrame:
+    """The (Recursive) ROAR points: the rows of the ``retrained`` curve (all rows of a table without ``curve``)."""
+    if "curve" not in points:
+        return points
+    return points[points["curve"] == RETRAINED].drop(columns="curve").reset_index(drop=True)
 
 
 def expected_ks(study: Study) -> list[int]:
@@ -101,14 +125,17 @@ def _ks(ks: list[int]) -> str:
     return ", ".join(map(str, ks))
 
 
-def racu_per_seed(points: pd.DataFrame, study: Study) -> tuple[pd.DataFrame, list[dict]]:
+def racu_per_seed(points: pd.DataFrame, study: Study, which: str = RETRAINED) -> tuple[pd.DataFrame, list[dict]]:
     """RACU of every (chain, seed) against the random chain of the same dataset, model and seed.
 
     Only complete curves (every k of :func:`expected_ks`, for the measure and for its random
-    baseline) get a RACU. Returns the per-seed table (``RACU_SEED_COLUMNS``; ``curve`` is
-    ``retrained``) and one record (``EXCLUDED_COLUMNS``) per seed or measure left out, with why;
-    ``seed`` is None in a record that concerns the whole measure.
+    baseline) get a RACU. ``which`` picks the curve of both (a no-retrain curve is compared with
+    the random measure's same no-retrain curve). Returns the per-seed table (``RACU_SEED_COLUMNS``)
+    and one record (``EXCLUDED_COLUMNS``) per seed or measure left out, with why; ``seed`` is None
+    in a record that concerns the whole measure.
     """
+    if "curve" in points:
+        points = points[points["curve"] == which]
     ks = expected_ks(study)
     rows, excluded = [], []
     random = points[points["measure"] == "random"]
@@ -139,7 +166,7 @@ def racu_per_seed(points: pd.DataFrame, study: Study) -> tuple[pd.DataFrame, lis
                 if math.isnan(value.unclipped):
                     reasons.append("random curve encloses no area (RACU undefined)")
                 else:
-                    rows.append(info | {"curve": "retrained", "seed": seed, "racu": value.racu,
+                    rows.append(info | {"curve": which, "seed": seed, "racu": value.racu,
                                         "racu_unclipped": value.unclipped})
             if reasons:
                 excluded.append(info | {"seed": seed, "reason": "; ".join(reasons)})
@@ -465,7 +492,7 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
              "`curves.csv` gives n and the method per point)."]
     lines.append("")
     for path in figures:
-        if path.suffix == ".png" and not path.stem.startswith("leakage-"):
+        if path.suffix == ".png" and not path.stem.startswith(("leakage-", "noretrain-")):
             lines += [f"![{path.stem}](figures/{path.name})", ""]
     if "leakage" in tables:
         from roar.leakage_report import leakage_markdown
@@ -473,15 +500,25 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
         lines += ["## Label leak", "", leakage_markdown(tables["leakage"], importance_target(params)), ""]
         lines += [f"![{p.stem}](figures/{p.name})" + "\n" for p in figures
                   if p.suffix == ".png" and p.stem.startswith("leakage-")]
+    if "noretrain" in tables:
+        from roar.noretrain_report import no_retrain_markdown
+
+        lines += ["## What retraining buys: no-retrain curves", "", no_retrain_markdown(tables)]
+        lines += [f"![{p.stem}](figures/{p.name})" + "\n" for p in figures
+                  if p.suffix == ".png" and p.stem.startswith("noretrain-")]
     if "compute" in tables:
         lines += ["## Compute", "",
                   "Seconds each process measured, summed over seeds and steps (process start-up, DVC and MLflow "
                   "bookkeeping not included; chains running side by side each count their own time):", "",
                   compute_markdown(tables["compute"])]
     lines += ["## Files", "",
-              "* `points.csv`: one row per curve point and seed (the numbers every other file is computed from)",
+              "* `points.csv`: one row per curve point and seed (the numbers every other file is computed from); "
+              "`curve`: `retrained`, or the no-retrain `k0-model` / `previous-model`",
               "* `curves.csv`: mean and 95 % interval over seeds per point (`interval` names the method)",
-              "* `racu_seeds.csv`: RACU of every seed, clipped (`racu`) and unclipped (`racu_unclipped`), fractions",
+              "* `racu_seeds.csv`: RACU of every seed and curve, clipped (`racu`) and unclipped (`racu_unclipped`), "
+              "fractions",
+              "* `noretrain.csv`, `noretrain_tau.csv`, `noretrain_compute.csv`: RACU per chain and curve, Kendall's τ "
+              "of the measures' ranking against Recursive ROAR per seed, seconds per curve",
               "* `racu.csv`: RACU per chain (fractions): mean of the unclipped per-seed values, interval bounds, "
               "number of seeds, interval method",
               "* `excluded.csv`: every seed or measure left out of the RACU, with the reason",
@@ -503,6 +540,7 @@ def write_report(params: dict, results: Path, out: Path, commit: str = "") -> di
     from roar.figures import curve_figures, racu_figure
 
     from roar.leakage_report import collect_leakage, leakage_figures, summarise_leakage
+    from roar.noretrain_report import NO_RETRAIN_FILES, no_retrain_figures, no_retrain_tables
 
     study = study_from_params(params)
     records = read_records(results)
@@ -511,18 +549,24 @@ def write_report(params: dict, results: Path, out: Path, commit: str = "") -> di
         raise ValueError(f"no results of study {study.name!r} under {results}")
     per_seed, excluded = racu_per_seed(points, study)
     warn_excluded(excluded)
-    tables = {"points": points, "curves": summarise_curves(points), "racu_seeds": per_seed,
+    no_retrain = no_retrain_tables(records, points, study, per_seed)
+    tables = {"points": points, "curves": summarise_curves(retrained(points)),
+              "racu_seeds": pd.concat([per_seed, no_retrain["noretrain_racu_seeds"]], ignore_index=True),
               "racu": summarise_racu(per_seed), "excluded": excluded_frame(excluded),
-              "leakage": summarise_leakage(collect_leakage(records, study, points)),
+              "leakage": summarise_leakage(collect_leakage(records, study, retrained(points))),
               "compute": compute_table(records, study)}
     for name, frame in tables.items():
         write_text_atomic(out / f"{name}.csv", _csv(frame))
+    tables |= no_retrain
+    for name in NO_RETRAIN_FILES:
+        write_text_atomic(out / f"{name}.csv", _csv(tables[name]))
     write_text_atomic(out / "racu.md", "\n".join([racu_markdown(tables["racu"]), racu_seeds_markdown(per_seed, study),
                                                  "### Left out\n", excluded_markdown(excluded)]))
     write_text_atomic(out / "racu.tex", racu_tex(tables["racu"], per_seed, study))
     write_text_atomic(out / "racu.json", json.dumps(racu_metrics(tables["racu"]), indent=2, sort_keys=True) + "\n")
     write_plot_data(tables["curves"], out)
     figures = (curve_figures(tables["curves"], out / "figures") + racu_figure(tables["racu"], out / "figures")
-               + leakage_figures(tables["leakage"], out / "figures"))
+               + leakage_figures(tables["leakage"], out / "figures")
+               + no_retrain_figures(tables["noretrain_curves"], out / "figures"))
     write_text_atomic(out / "README.md", report_readme(study, params, tables, figures, commit, excluded))
     return tables

@@ -147,6 +147,14 @@ def predict_logits(model: torch.nn.Module, split: Split, batch_size: int = 256) 
     return torch.cat(out)
 
 
+def score_split(model: torch.nn.Module, split: Split, metric: str) -> float:
+    """``metric`` of ``model`` (on its device) on ``split``'s gold labels; NaN when a logit is not finite."""
+    logits = predict_logits(model, split)
+    if not bool(torch.isfinite(logits).all()):
+        return float("nan")
+    return compute_metric(metric, logits, torch.from_numpy(split.labels))
+
+
 def init_word_vectors(model: torch.nn.Module, config: TrainConfig, vocab: list[str]) -> float:
     """Copy pretrained vectors (``config.embeddings``) into a BiLSTM's embedding; returns the coverage."""
     from roar.data.embeddings import load_word_vectors
@@ -219,10 +227,8 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
                          f"{meta.select_metric} in every epoch ({scores[:5]}); the loss diverged or the data are "
                          "degenerate: lower lr or check the dataset")
     model.load_state_dict(module.best_state)  # Lightning hands the model back on the CPU
-    test_logits = predict_logits(model.to(device), splits["test"])
+    test_metric = score_split(model.to(device), splits["test"], meta.metric)
     model.cpu()
-    test_metric = (compute_metric(meta.metric, test_logits, torch.from_numpy(splits["test"].labels))
-                   if bool(torch.isfinite(test_logits).all()) else float("nan"))
     if not math.isfinite(test_metric):
         raise ValueError(f"test {meta.metric} of {config.model} on {meta.name} (seed {seed}) is {test_metric}; "
                          "the model's logits are not finite")

@@ -43,8 +43,9 @@ def test_outputs_and_lock(project: Path) -> None:
     r70 = json.loads((project / "results/babi-1/bilstm-attention/attention/recursive/s0/k70.json").read_text())
     assert r70["input_data_hash"] == r40["data_hash"] and r70["input_model_hash"] == r40["model_hash"]
     points = (project / "reports/points.csv").read_text().splitlines()
-    assert points[0] == "dataset,model,measure,recursive,strategy,seed,k,metric,value"
-    assert len(points) == 1 + 2 * 2 * 4  # 2 measures x 2 seeds x (k0, 40, 70, 100)
+    assert points[0] == "dataset,model,measure,recursive,strategy,seed,k,metric,value,curve"
+    # 2 measures x 2 seeds x (k0, 40, 70, 100) x (retrained, k0-model, previous-model)
+    assert len(points) == 1 + 2 * 2 * 4 * 3
     racu = (project / "reports/racu.csv").read_text().splitlines()
     assert racu[0] == "dataset,model,measure,recursive,strategy,racu_mean,racu_low,racu_high,n_seeds,interval"
     assert len(racu) == 2 and racu[1].startswith("babi-1,bilstm-attention,attention,True,quantile,")
@@ -79,7 +80,9 @@ def test_mlflow_run_tree(project: Path) -> None:
 def test_report_files_and_dvc_views(project: Path) -> None:
     reports = project / "reports"
     for name in ("racu.md", "racu.tex", "racu.json", "README.md", "figures/racu.png", "figures/racu.pdf",
-                 "figures/curves-babi-1-bilstm-attention.png", "plots/babi-1_bilstm-attention_recursive/random.csv"):
+                 "figures/curves-babi-1-bilstm-attention.png", "plots/babi-1_bilstm-attention_recursive/random.csv",
+                 "figures/noretrain-babi-1-bilstm-attention.png", "noretrain.csv", "noretrain_tau.csv",
+                 "noretrain_compute.csv"):
         assert (reports / name).is_file(), name
     assert "| babi-1 | attention |" in (reports / "racu.md").read_text()
     metrics = sh("dvc", "metrics", "show", "--json", cwd=project)
@@ -90,7 +93,8 @@ def test_report_files_and_dvc_views(project: Path) -> None:
 
 def test_racu_matches_an_independent_numpy_computation(project: Path) -> None:
     """RACU recomputed from points.csv with plain numpy (DESIGN §2) equals racu.csv's mean (of the
-    unclipped per-seed values) and racu_seeds.csv's per-seed values."""
+    unclipped per-seed values) and racu_seeds.csv's per-seed values, for every curve (the no-retrain
+    ones against the random measure's same curve)."""
     import csv
 
     import numpy as np
@@ -98,27 +102,29 @@ def test_racu_matches_an_independent_numpy_computation(project: Path) -> None:
     rows = list(csv.DictReader((project / "reports/points.csv").open()))
     curves: dict = collections.defaultdict(dict)
     for r in rows:
-        curves[(r["measure"], r["seed"])][int(r["k"])] = float(r["value"])
+        curves[(r["curve"], r["measure"], r["seed"])][int(r["k"])] = float(r["value"])
     per_measure = collections.defaultdict(list)
-    for (measure, seed), curve in curves.items():
+    for (name, measure, seed), curve in curves.items():
         if measure == "random":
             continue
-        base = curves[("random", seed)]
+        base = curves[(name, "random", seed)]
         x = np.array(sorted(curve)) / 100
         p = np.array([curve[k] for k in sorted(curve)])
         b = np.array([base[k] for k in sorted(curve)])
         num = sum((x[i + 1] - x[i]) * ((b[i] - p[i]) + (b[i + 1] - p[i + 1])) / 2 for i in range(len(x) - 1))
         den = sum((x[i + 1] - x[i]) * ((b[i] - b[-1]) + (b[i + 1] - b[-1])) / 2 for i in range(len(x) - 1))
         if den > 0:  # a random curve that does not fall (1-epoch models) gives no RACU for that seed
-            per_measure[measure].append(num / den)
+            per_measure[(name, measure)].append(num / den)
     table = list(csv.DictReader((project / "reports/racu.csv").open()))
     assert [r["measure"] for r in table] == ["attention"]
-    assert int(table[0]["n_seeds"]) == len(per_measure["attention"]) >= 1
-    assert abs(float(table[0]["racu_mean"]) - np.mean(per_measure["attention"])) < 1e-6
+    assert int(table[0]["n_seeds"]) == len(per_measure[("retrained", "attention")]) >= 1
+    assert abs(float(table[0]["racu_mean"]) - np.mean(per_measure[("retrained", "attention")])) < 1e-6
     seeds = list(csv.DictReader((project / "reports/racu_seeds.csv").open()))
-    assert [float(r["racu_unclipped"]) for r in seeds] == pytest.approx(per_measure["attention"], abs=1e-6)
-    assert [float(r["racu"]) for r in seeds] == pytest.approx([min(1, max(-1, v)) for v in per_measure["attention"]],
-                                                              abs=1e-6)
+    for name in ("retrained", "k0-model", "previous-model"):
+        assert [float(r["racu_unclipped"]) for r in seeds if r["curve"] == name] == pytest.approx(
+            per_measure[(name, "attention")], abs=1e-6), name
+        assert [float(r["racu"]) for r in seeds if r["curve"] == name] == pytest.approx(
+            [min(1, max(-1, v)) for v in per_measure[(name, "attention")]], abs=1e-6), name
 
 
 def test_audit_point_and_tampering(project: Path) -> None:

@@ -228,3 +228,66 @@ def test_the_explained_class_is_part_of_the_step_key(project: Path, monkeypatch)
     assert all(0 <= r["predicted_is_gold_test"] <= 1 for r in records)
     random_records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "random", 0, True))
     assert {r["target"] for r in random_records} == {"none"}
+
+
+def _accuracy(model_dir: Path, split) -> float:
+    """Test accuracy of a saved model on a split, by hand (argmax of the logits against the labels)."""
+    from roar.training import predict_logits
+
+    logits = predict_logits(load_model(model_dir), split).numpy()
+    return float((logits.argmax(-1) == split.labels).mean())
+
+
+def test_no_retrain_curves_score_each_steps_masked_test_data_with_the_k0_and_the_previous_model(
+        project: Path, tmp_path: Path) -> None:
+    from roar.masking import write_all_masked
+
+    prepared, k0 = project / "data/prepared/babi-1/bilstm-attention", project / "models/babi-1/bilstm-attention/k0/s0"
+    write_all_masked(prepared, tmp_path / "all")
+    all_masked = read_dataset(tmp_path / "all")[1]["test"]
+    for mode in ("recursive", "roar"):
+        previous = k0
+        for k in STEPS:
+            record = json.loads(_step(project, "results", mode, k).read_text())
+            test = read_dataset(_step(project, "data", mode, k))[1]["test"]
+            scores = record["no_retrain"]
+            assert scores["k0-model"]["value"] == pytest.approx(_accuracy(k0, test), abs=1e-6)
+            assert scores["previous-model"]["value"] == pytest.approx(_accuracy(previous, test), abs=1e-6)
+            assert scores["k0-model"]["model_hash"] == content_hash(k0)
+            assert scores["previous-model"]["model_hash"] == content_hash(previous)
+            assert all(e["data_hash"] == record["data_hash"] and e["seconds"] > 0 for e in scores.values())
+            previous = _step(project, "models", mode, k)
+        end = record["no_retrain_end"]  # the last step's record carries the all-masked point
+        assert end["k"] == 100
+        assert end["k0-model"]["value"] == pytest.approx(_accuracy(k0, all_masked), abs=1e-6)
+        assert end["previous-model"]["value"] == pytest.approx(_accuracy(previous, all_masked), abs=1e-6)
+        first = json.loads(_step(project, "results", mode, STEPS[0]).read_text())
+        assert "no_retrain_end" not in first
+    # the scores differ from the retrained model's (else the test could not tell the curves apart)
+    record = json.loads(_step(project, "results", "recursive", STEPS[-1]).read_text())
+    assert len({record["value"], record["no_retrain"]["k0-model"]["value"],
+                record["no_retrain_end"]["k0-model"]["value"]}) > 1
+
+
+def test_a_record_without_no_retrain_curves_is_completed_not_reused_as_is(project: Path) -> None:
+    """A record of older code (same step key, no no-retrain entries) or one whose previous model was
+    retrained since (other hash) gets its curves (re)scored; the retrained step itself is reused."""
+    runner = ChainRunner(tiny_params(), Path("."), progress=False)
+    spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False)
+    runner.run_chain(spec)  # the fixture's records (another test may have left other params' records)
+    paths = {k: _step(project, "results", "roar", k) for k in STEPS}
+    original = {k: json.loads(p.read_text()) for k, p in paths.items()}
+    old = dict(original[STEPS[-1]])
+    del old["no_retrain"], old["no_retrain_end"]
+    paths[STEPS[-1]].write_text(json.dumps(old))
+    stale = json.loads(json.dumps(original[STEPS[0]]))
+    stale["no_retrain"]["previous-model"].update(model_hash="other", value=-1.0)
+    paths[STEPS[0]].write_text(json.dumps(stale))
+    records = {r["k"]: r for r in runner.run_chain(spec)}
+    for k in STEPS:
+        assert records[k]["step_run_id"] == original[k]["step_run_id"]  # the step is reused
+        on_disk = json.loads(paths[k].read_text())
+        for curve in ("k0-model", "previous-model"):
+            assert on_disk["no_retrain"][curve]["value"] == pytest.approx(original[k]["no_retrain"][curve]["value"])
+            assert on_disk["no_retrain"][curve]["model_hash"] == original[k]["no_retrain"][curve]["model_hash"]
+    assert on_disk["no_retrain_end"]["k0-model"]["value"] == original[STEPS[-1]]["no_retrain_end"]["k0-model"]["value"]
