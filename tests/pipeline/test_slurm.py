@@ -68,6 +68,11 @@ def submit(root: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
                           cwd=root, env=project_env(root, **env), capture_output=True, text=True, timeout=1800)
 
 
+def report(title: str, output: str) -> None:
+    """Add a submission's output to the session summary, without the progress lines."""
+    REPORT.extend([title, *(line for line in output.splitlines() if not line.startswith("[roar] jobs:"))])
+
+
 def submission(root: Path) -> dict:
     found = sorted((root / ".roar" / "slurm").glob("*/submission.json"))
     return json.loads(found[-1].read_text())
@@ -76,7 +81,7 @@ def submission(root: Path) -> dict:
 def test_study_through_slurm_matches_the_local_run(cluster, tiny_study: TinyStudy, tmp_path: Path) -> None:
     root = make_project(tmp_path / "slurm", slurm_params())
     proc = submit(root)
-    REPORT.extend(["test_slurm: the tiny study through `roar pipeline --executor slurm --wait`:", *proc.stdout.splitlines()])
+    report("test_slurm: the tiny study through `roar pipeline --executor slurm --wait`:", proc.stdout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     jobs = {job["stage"]: job for job in submission(root)["jobs"]}
@@ -118,7 +123,7 @@ def test_a_killed_stage_cancels_its_dependents_and_a_resubmission_resumes(cluste
     root = make_project(tmp_path / "killed", slurm_params(measures=["random"], seeds=[0]))
     # every chain process SIGKILLs itself after writing step 70's masked data (a node failure)
     proc = submit(root, ROAR_FAILPOINT="data-written@k70")
-    REPORT.extend(["test_slurm: a chain SIGKILLed at step 70 (ROAR_FAILPOINT=data-written@k70):", *proc.stdout.splitlines()])
+    report("test_slurm: a chain SIGKILLed at step 70 (ROAR_FAILPOINT=data-written@k70):", proc.stdout)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     states = {job["stage"]: job["state"] for job in submission(root)["jobs"]}
     assert states == {"prepare@babi-1-bilstm-attention": "COMPLETED", "train_k0@babi-1-bilstm-attention-0": "COMPLETED",
@@ -130,7 +135,7 @@ def test_a_killed_stage_cancels_its_dependents_and_a_resubmission_resumes(cluste
     finished_40 = step40.read_text()
 
     resumed = submit(root)
-    REPORT.extend(["test_slurm: resubmitted:", *resumed.stdout.splitlines()])
+    report("test_slurm: resubmitted:", resumed.stdout)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     # only what was not done is submitted again, and the finished step 40 is reused as it was
     assert sorted(job["stage"] for job in submission(root)["jobs"]) == [
