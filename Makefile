@@ -25,7 +25,7 @@ run: setup
 	else echo "[roar] MLflow UI: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1"; fi
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=12
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
