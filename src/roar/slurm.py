@@ -163,16 +163,21 @@ def parse_scontrol(text: str) -> dict[str, dict]:
     return states
 
 
+_SACCT: dict[str, bool | None] = {"works": None}
+
+
 def job_states(job_ids: list[str]) -> dict[str, dict]:
     """``{id: {state, reason, exit_code, elapsed}}`` from ``sacct``, else ``scontrol`` (jobs it no
     longer knows are UNKNOWN)."""
     if not job_ids:
         return {}
     states: dict[str, dict] = {}
-    if shutil.which("sacct"):  # accounting disabled: exit 1, "Slurm accounting storage is disabled"
+    if _SACCT["works"] is not False and shutil.which("sacct"):
         proc = _run(["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State,ExitCode,Elapsed,Reason"])
         if proc.returncode == 0:
             states = parse_sacct(proc.stdout)
+        elif "accounting storage is disabled" in proc.stderr + proc.stdout:
+            _SACCT["works"] = False  # a cluster without slurmdbd: ask scontrol from now on
     if any(job not in states for job in job_ids):
         proc = _run(["scontrol", "-o", "show", "job"])
         if proc.returncode == 0:

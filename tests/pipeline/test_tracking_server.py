@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import (BIN, S3_CREDENTIALS, TinyStudy, free_port, make_project, mlflow_runs, project_env,
+from conftest import (BIN, REPORT, S3_CREDENTIALS, TinyStudy, free_port, make_project, mlflow_runs, project_env,
                       s3_server, server_process, sh, tiny_params)
 
 pytestmark = pytest.mark.pipeline
@@ -80,7 +80,7 @@ def test_nothing_tracked_locally(served: Served) -> None:
 
 
 def test_run_tree_equals_the_sqlite_default(served: Served, tiny_study: TinyStudy) -> None:
-    print(f"\nruns by kind: server {kinds(served.runs)}, sqlite {kinds(tiny_study.runs)}")
+    REPORT.append(f"test_tracking_server: runs by kind: server {kinds(served.runs)}, sqlite {kinds(tiny_study.runs)}")
     assert kinds(served.runs) == kinds(tiny_study.runs)
     assert kinds(served.runs)["step"] > 0 and kinds(served.runs)["report"] == 1
     assert describe(served.runs) == describe(tiny_study.runs)
@@ -99,7 +99,7 @@ def test_parents_intact(served: Served) -> None:
         assert parent in by_id, f"{kind} run {run.info.run_id}: parent {parent} missing"
         assert by_id[parent].data.tags["roar.kind"] == PARENT_KIND[kind]
         checked += 1
-    print(f"\nparents intact: {checked} of {len(served.runs) - 1} non-study runs")
+    REPORT.append(f"test_tracking_server: parents intact: {checked} of {len(served.runs) - 1} non-study runs")
     assert checked == len(served.runs) - 1
 
 
@@ -122,8 +122,9 @@ def test_artifacts_are_objects_in_the_s3_remote(served: Served, tiny_study: Tiny
     local = Path(local_report.info.artifact_uri.removeprefix("file://"))
     assert local.is_relative_to(tiny_study.root / "mlartifacts")
     assert sorted(stored) == sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
-    print(f"\nS3 objects: {len(served.objects)} in s3://{BUCKET}/mlflow, {len(stored)} of the report run "
-          f"(racu.csv {len(stored['racu.csv'])} bytes, equal to reports/racu.csv)")
+    REPORT.append(f"test_tracking_server: S3 objects: {len(served.objects)} in s3://{BUCKET}/mlflow, "
+                  f"{len(stored)} of the report run "
+                  f"(racu.csv {len(stored['racu.csv'])} bytes, equal to reports/racu.csv)")
 
 
 def test_no_server_at_the_uri_is_one_line_at_once(served: Served) -> None:
