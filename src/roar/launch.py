@@ -18,9 +18,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
+from threading import Lock
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
@@ -41,11 +42,69 @@ def stage_names(root: Path) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def _repro(root: Path, env: dict, stage: str) -> tuple[str, int, float, str]:
+def _repro(root: Path, env: dict, stage: str, started=None) -> tuple[str, int, float, str]:
+    if started is not None:
+        started(stage)
     start = time.perf_counter()
     proc = subprocess.run(["dvc", "--wait-for-lock", "repro", "--single-item", stage], cwd=root, env=env, capture_output=True,
                           text=True)
     return stage, proc.returncode, time.perf_counter() - start, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+class Progress:
+    """Stages done of all, the running ones, and an estimate of the time left: each stage not yet
+    finished is expected to take the mean time of the finished stages of its kind (of all finished
+    stages when none of its kind has finished), spread over ``jobs`` workers."""
+
+    def __init__(self, stages: list[str], jobs: int):
+        self.stages, self.jobs = stages, jobs
+        self.running: list[str] = []
+        self.seconds: dict[str, float] = {}
+        self._lock = Lock()
+
+    def started(self, stage: str) -> None:
+        with self._lock:
+            self.running.append(stage)
+
+    def finished(self, stage: str, seconds: float) -> None:
+        with self._lock:
+            if stage in self.running:
+                self.running.remove(stage)
+            self.seconds[stage] = seconds
+
+    def seconds_left(self) -> float | None:
+        """None until a stage has finished."""
+        if not self.seconds:
+            return None
+        by_kind: dict[str, list[float]] = {}
+        for stage, seconds in self.seconds.items():
+            by_kind.setdefault(stage.split("@")[0], []).append(seconds)
+        overall = sum(self.seconds.values()) / len(self.seconds)
+        left = [stage for stage in self.stages if stage not in self.seconds]
+        total = sum((sum(v) / len(v)) if (v := by_kind.get(s.split("@")[0])) else overall for s in left)
+        return total / self.jobs
+
+    def line(self, stage: str, ok: bool, seconds: float) -> str:
+        """``[7/23] stage: ok in 12.3 s; running: a, b; ~4 min left``."""
+        text = f"[{len(self.seconds)}/{len(self.stages)}] {stage}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s"
+        with self._lock:
+            running = list(self.running)
+        if running:
+            text += f"; running: {', '.join(running)}"
+        left = self.seconds_left()
+        if left is not None and len(self.seconds) < len(self.stages):
+            text += f"; ~{left / 60:.0f} min left" if left >= 90 else f"; ~{left:.0f} s left"
+        return text
+
+    def summary(self) -> str:
+        """Seconds by stage kind: stages, total, mean, longest."""
+        kinds: dict[str, list[float]] = {}
+        for stage, seconds in self.seconds.items():
+            kinds.setdefault(stage.split("@")[0], []).append(seconds)
+        lines = [f"{'stage kind':<18} {'stages':>6} {'total s':>9} {'mean s':>8} {'max s':>8}"]
+        lines += [f"{kind:<18} {len(v):>6} {sum(v):>9.1f} {sum(v) / len(v):>8.1f} {max(v):>8.1f}"
+                  for kind, v in kinds.items()]
+        return "\n".join(lines)
 
 
 @contextmanager
@@ -101,17 +160,22 @@ def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
     tracker.client.set_tag(study_run, "roar.executor", "local")
     env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
     names = stage_names(root)
-    timings: dict[str, float] = {}
-    for wave in WAVES:
-        stages = sorted((n for n in names if n.split("@")[0] in wave), key=_cost_rank)
+    waves = [sorted((n for n in names if n.split("@")[0] in wave), key=_cost_rank) for wave in WAVES]
+    progress = Progress([stage for wave in waves for stage in wave], jobs)
+    for wave, stages in zip(WAVES, waves):
         log(f"[roar] {len(stages)} stage(s): {', '.join(wave)} ({jobs} at a time)")
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for stage, code, seconds, output in pool.map(lambda s: _repro(root, env, s), stages):
-                timings[stage] = seconds
-                log(f"[roar]   {stage}: {'ok' if code == 0 else 'FAILED'} in {seconds:.1f} s")
+            futures = [pool.submit(_repro, root, env, stage, progress.started) for stage in stages]
+            for future in as_completed(futures):
+                stage, code, seconds, output = future.result()
+                progress.finished(stage, seconds)
+                log(f"[roar]   {progress.line(stage, code == 0, seconds)}")
                 if code != 0:
+                    pool.shutdown(wait=True, cancel_futures=True)  # running stages end; queued ones never start
                     tracker.end(study_run, failed=True)
                     raise RuntimeError(f"stage {stage} failed:\n{output}")
+    log(progress.summary())
+    timings = dict(progress.seconds)
     start = time.perf_counter()
     final = _final_repro(root, env)
     timings["final dvc repro"] = time.perf_counter() - start

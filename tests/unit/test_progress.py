@@ -1,0 +1,45 @@
+"""roar pipeline's progress: stages done of all, the running ones, time left, the summary by kind."""
+
+from __future__ import annotations
+
+from roar.launch import Progress
+
+STAGES = ["prepare@a", "train_k0@a-0", "train_k0@a-1", "recursive@a-x-0", "recursive@a-x-1", "recursive@a-y-0"]
+
+
+def test_time_left_is_the_mean_of_finished_stages_of_the_kind_over_the_workers() -> None:
+    progress = Progress(STAGES, jobs=2)
+    assert progress.seconds_left() is None
+    progress.started("prepare@a")
+    progress.finished("prepare@a", 10.0)
+    # nothing of the other kinds has finished: every stage left is expected to take the overall mean, 10 s
+    assert progress.seconds_left() == 5 * 10.0 / 2
+    for stage, seconds in (("train_k0@a-0", 30.0), ("recursive@a-x-0", 100.0)):
+        progress.started(stage)
+        progress.finished(stage, seconds)
+    # left: train_k0@a-1 (30 s, mean of its kind), recursive@a-x-1 and @a-y-0 (100 s each)
+    assert progress.seconds_left() == (30 + 100 + 100) / 2
+
+
+def test_line_names_the_running_stages_and_the_time_left() -> None:
+    progress = Progress(STAGES, jobs=2)
+    progress.started("prepare@a")
+    progress.started("train_k0@a-0")
+    progress.finished("prepare@a", 12.34)
+    assert progress.line("prepare@a", True, 12.34) == (
+        "[1/6] prepare@a: ok in 12.3 s; running: train_k0@a-0; ~31 s left")
+    progress.finished("train_k0@a-0", 600.0)
+    assert progress.line("train_k0@a-0", False, 600.0).startswith("[2/6] train_k0@a-0: FAILED in 600.0 s; ~")
+    assert progress.line("train_k0@a-0", False, 600.0).endswith(" min left")
+
+
+def test_summary_by_kind() -> None:
+    progress = Progress(STAGES, jobs=2)
+    for stage, seconds in zip(STAGES, (1.0, 20.0, 40.0, 100.0, 300.0, 200.0)):
+        progress.finished(stage, seconds)
+    lines = progress.summary().splitlines()
+    assert lines[0].split() == ["stage", "kind", "stages", "total", "s", "mean", "s", "max", "s"]
+    assert lines[1].split() == ["prepare", "1", "1.0", "1.0", "1.0"]
+    assert lines[2].split() == ["train_k0", "2", "60.0", "30.0", "40.0"]
+    assert lines[3].split() == ["recursive", "3", "600.0", "200.0", "300.0"]
+    assert progress.line("recursive@a-y-0", True, 200.0) == "[6/6] recursive@a-y-0: ok in 200.0 s"
