@@ -29,6 +29,11 @@ WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
 COST_ORDER = ("integrated-gradient", "gradient", "input-x-gradient", "attention", "mutual-information", "random")
 
 
+def stage_kind(stage: str) -> str:
+    """``recursive`` for ``recursive@babi-1-bilstm-attention-random-0``."""
+    return stage.split("@")[0]
+
+
 def _cost_rank(stage: str) -> tuple[int, str]:
     for rank, measure in enumerate(COST_ORDER):
         if f"-{measure}-" in stage:
@@ -72,16 +77,21 @@ class Progress:
                 self.running.remove(stage)
             self.seconds[stage] = seconds
 
+    def _by_kind(self) -> dict[str, list[float]]:
+        """The seconds of the finished stages, by stage kind."""
+        kinds: dict[str, list[float]] = {}
+        for stage, seconds in self.seconds.items():
+            kinds.setdefault(stage_kind(stage), []).append(seconds)
+        return kinds
+
     def seconds_left(self) -> float | None:
         """None until a stage has finished."""
         if not self.seconds:
             return None
-        by_kind: dict[str, list[float]] = {}
-        for stage, seconds in self.seconds.items():
-            by_kind.setdefault(stage.split("@")[0], []).append(seconds)
+        by_kind = self._by_kind()
         overall = sum(self.seconds.values()) / len(self.seconds)
         left = [stage for stage in self.stages if stage not in self.seconds]
-        total = sum((sum(v) / len(v)) if (v := by_kind.get(s.split("@")[0])) else overall for s in left)
+        total = sum((sum(v) / len(v)) if (v := by_kind.get(stage_kind(s))) else overall for s in left)
         return total / self.jobs
 
     def line(self, stage: str, ok: bool, seconds: float) -> str:
@@ -98,9 +108,7 @@ class Progress:
 
     def summary(self) -> str:
         """Seconds by stage kind: stages, total, mean, longest."""
-        kinds: dict[str, list[float]] = {}
-        for stage, seconds in self.seconds.items():
-            kinds.setdefault(stage.split("@")[0], []).append(seconds)
+        kinds = self._by_kind()
         lines = [f"{'stage kind':<18} {'stages':>6} {'total s':>9} {'mean s':>8} {'max s':>8}"]
         lines += [f"{kind:<18} {len(v):>6} {sum(v):>9.1f} {sum(v) / len(v):>8.1f} {max(v):>8.1f}"
                   for kind, v in kinds.items()]
@@ -160,7 +168,7 @@ def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
     tracker.client.set_tag(study_run, "roar.executor", "local")
     env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
     names = stage_names(root)
-    waves = [sorted((n for n in names if n.split("@")[0] in wave), key=_cost_rank) for wave in WAVES]
+    waves = [sorted((n for n in names if stage_kind(n) in wave), key=_cost_rank) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)
     for wave, stages in zip(WAVES, waves):
         log(f"[roar] {len(stages)} stage(s): {', '.join(wave)} ({jobs} at a time)")

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from roar.errors import RoarError
 from roar.fileio import write_text_atomic
+from roar.launch import stage_kind
 
 SUBMISSIONS = Path(".roar") / "slurm"
 DEFAULTS = {"cpus": 1, "time": "04:00:00", "memory": "4G", "gpus": 0, "partition": None, "account": None,
@@ -69,11 +70,6 @@ class Submission:
     def load(cls, path: Path) -> Submission:
         data = json.loads(path.read_text())
         return cls(data["folder"], data["study_run_id"], data["submitted_at"], [Job(**j) for j in data["jobs"]])
-
-
-def stage_kind(stage: str) -> str:
-    """``recursive`` for ``recursive@babi-1-bilstm-attention-random-0``."""
-    return stage.split("@")[0]
 
 
 def job_resources(slurm: dict | None, kind: str) -> dict:
