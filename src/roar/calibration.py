@@ -47,7 +47,7 @@ def build_model(model: str, train: dict, paired: bool, n_classes: int = 2):
     """The study's model with random weights (a transformer from its checkpoint's config only)."""
     import torch
 
-    from roar.models.config import TrainConfig
+    from roar.train_config import TrainConfig
 
     config = TrainConfig.from_dict({"model": model, **train})
     if model == "bilstm-attention":
@@ -117,9 +117,11 @@ def time_training(model, config, split, steps: int = 2) -> float:
 def time_importance(model, measure: str, split) -> float:
     """Seconds per token and model evaluation of one importance batch of ``measure``."""
     from roar.importance.base import compute_importance
+    from roar.importance.base import MeasureContext
     from roar.importance.registry import make_measure
 
-    built = make_measure(measure, train_split=split, vocab_size=N_VOCAB, n_classes=2, ig_samples=IG_SAMPLES)
+    context = MeasureContext(train_split=split, vocab_size=N_VOCAB, n_classes=2)
+    built = make_measure(measure, {"samples": IG_SAMPLES}, context)
     warm = synthetic_split(1, int(split.lengths[0]), split.paired)  # first-call costs (imports, allocations)
     compute_importance(built, model, warm, "calibration", batch_size=1, progress=False, target="gold")
     start = time.perf_counter()
@@ -133,7 +135,7 @@ def calibrate(params: dict, needed: list[tuple], sizes: dict) -> tuple[dict, str
     ``{(dataset, model, what): Rate}`` and a one-line note (threads, seconds spent)."""
     import torch
 
-    from roar.data.datasets import dataset_spec
+    from roar.datasets import dataset_spec
     from roar.params import section
     from roar.plan import Rate
 

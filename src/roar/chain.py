@@ -108,8 +108,8 @@ class ChainRunner(Runner):
     def run_chain(self, spec: ChainSpec) -> list[dict]:
         """Run every step of a chain (reusing finished ones whose inputs and code still match) and
         return its result records."""
-        from roar.importance import MEASURE_MODULES, check_supported
-        from roar.importance.registry import measure_class
+        from roar.importance.registry import check_supported, measure_class
+        from roar.registry import measure_module
 
         check_supported(spec.measure, spec.model)
         layout, key = self.layout, _chain_key(spec)
@@ -125,7 +125,7 @@ class ChainRunner(Runner):
             step_params["target"] = target
         # Everything that makes a step's numbers, besides its input data and model.
         recipe = {"params": step_params, "spec": asdict(spec), "libraries": library_versions(),
-                  "code": chain_code_fingerprint(MEASURE_MODULES[spec.measure])}
+                  "code": chain_code_fingerprint(measure_module(spec.measure))}
         prepared = layout.prepared(spec.dataset, spec.model)
         k0_model = layout.shared_model(spec.dataset, spec.model, "k0", spec.seed)
         if step_params["train"]["embeddings"]:
@@ -222,6 +222,7 @@ class ChainRunner(Runner):
     def _run_step(self, chain_run: str, ctx: _ChainContext, k: int, step_key: str, source: StepInput) -> dict:
         """Importance of ``source`` (data and model), mask up to k, write the data, train and save a
         fresh model, write the step record; returns the record."""
+        from roar.importance.base import MeasureContext
         from roar.importance.registry import make_measure
         from roar.training import load_model
 
@@ -238,10 +239,9 @@ class ChainRunner(Runner):
                 cached, explained = ctx.importance_cache.get((source.data_hash, source.model_hash), (None, {}))
                 measure = model = None
                 if cached is None:
-                    measure = make_measure(spec.measure, seed=spec.seed, train_split=splits["train"],
-                                           vocab_size=ctx.n_vocab, n_classes=len(ctx.meta.classes),
-                                           ig_samples=int(measure_params.get("samples", 50)),
-                                           ig_max_rows=measure_params.get("max_rows"))
+                    measure = make_measure(spec.measure, measure_params,
+                                           MeasureContext(spec.seed, splits["train"], ctx.n_vocab,
+                                                          len(ctx.meta.classes)))
                     model = load_model(source.model_dir).to(self.device) if measure.needs_model else None
                 target = ctx.recipe["params"].get("target", "gold")
                 masked, importance, seconds = roar_step(splits, model, measure, k, self.study.strategy, cached,

@@ -74,16 +74,16 @@ def _check_names(dataset: str | None = None, model: str | None = None, measure: 
     from roar.errors import RoarError
 
     if measure is not None:
-        from roar.importance import MEASURES
+        from roar.registry import MEASURES
 
         if measure not in MEASURES:
             raise RoarError(f"unknown measure {measure!r}; allowed: {', '.join(MEASURES)}")
     if dataset is not None:
-        from roar.data.datasets import dataset_spec
+        from roar.datasets import dataset_spec
 
         dataset_spec(dataset)
     if model is not None:
-        from roar.models.config import MODELS
+        from roar.registry import MODELS
 
         if model not in MODELS:
             raise RoarError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
@@ -153,8 +153,7 @@ def chain(dataset: str, model: str, measure: str, seed: int,
     """Run every ROAR step of one chain (importance -> mask -> train), resuming finished steps."""
     from roar.checks import check_model_folder
     from roar.data.storage import check_dataset
-    from roar.importance import check_supported
-    from roar.importance.registry import measure_class
+    from roar.importance.registry import check_supported, measure_class
     from roar.params import section
     from roar.paths import Layout
 

@@ -14,8 +14,7 @@ import numpy as np
 
 from roar.data.storage import Split, read_dataset, write_dataset
 from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS
-
-STRATEGIES = ("quantile", "count")
+from roar.registry import STRATEGIES
 
 
 def check_k(k: int, strategy: str) -> None:

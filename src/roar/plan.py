@@ -72,7 +72,7 @@ def data_size(params: dict, dataset: str, model: str, root: Path = Path(".")) ->
     folder = root / "data" / "prepared" / dataset / model
     if all((folder / f"{s}.arrow").is_file() for s in SPLITS):
         return _prepared_size(folder)
-    from roar.data.datasets import PrepareConfig
+    from roar.datasets import PrepareConfig
 
     config = PrepareConfig(**((params.get("prepare") or {}).get(dataset) or {}))
     rows, words = APPROX_SIZES.get(dataset, ((10_000, 1_000, 1_000), 50))
@@ -106,7 +106,7 @@ def _prepared_size(folder: Path) -> DataSize:
 
 def supported(measure: str, model: str) -> bool:
     """Whether the chain of ``measure`` runs for ``model`` (else its stage only writes a note)."""
-    from roar.importance import check_supported
+    from roar.importance.registry import check_supported
 
     try:
         check_supported(measure, model)
@@ -128,7 +128,7 @@ def arch_key(train: dict, with_batch: bool) -> tuple:
     """What fixes a model's cost per token: its architecture (and for training, the batch size).
     ``train`` holds train.<model>.<dataset> settings, or an MLflow train run's params (strings)."""
     keys = ("model", "embedding_dim", "hidden", "attention_hidden", "checkpoint") + (("batch_size",) if with_batch else ())
-    from roar.models.config import TrainConfig
+    from roar.train_config import TrainConfig
 
     defaults = TrainConfig()
     values = []
@@ -345,7 +345,7 @@ def parse_speedup(text: str | None, models: list[str]) -> dict[str, float]:
     """``--gpu-speedup``: one factor for every model (``40``) or per model (``bilstm-attention=5,roberta=40``)."""
     if text is None:
         return {}
-    from roar.models.config import MODELS
+    from roar.registry import MODELS
 
     try:
         if "=" not in text:

@@ -18,7 +18,8 @@ from pathlib import Path
 PACKAGE = "roar"
 SRC = Path(__file__).resolve().parent
 # Registries that import their members by name (importlib), invisible to the import graph.
-REGISTRIES = {"roar.data.prepare": "roar.data", "roar.importance.registry": "roar.importance"}
+REGISTRIES = {"roar.data.prepare": "roar.data", "roar.importance.registry": "roar.importance",
+              "roar.models.registry": "roar.models"}
 # The CLI command each DVC stage template runs.
 STAGE_COMMANDS = {"prepare": "prepare", "train_k0": "train_reference", "train_all_masked": "train_reference",
                   "recursive": "chain", "roar": "chain", "report": "report"}
@@ -143,10 +144,11 @@ def files_digest(files: list[Path], base: Path = SRC) -> str:
 def chain_code_files(measure_module: str) -> list[Path]:
     """The files a chain step of one measure runs: the chain stage's modules without the other
     measures' modules (so that a fix to one measure invalidates only that measure's steps)."""
-    from roar.importance import MEASURE_MODULES
+    from roar.registry import MEASURES
+    from roar.registry import measure_module as module_of
 
     modules = stage_modules("recursive")
-    others = set(MEASURE_MODULES.values()) - module_closure({measure_module}, registries=False)
+    others = {module_of(name) for name in MEASURES} - module_closure({measure_module}, registries=False)
     return sorted(module_file(m) for m in modules - others)
 
 

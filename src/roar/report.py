@@ -91,7 +91,7 @@ def expected_ks(study: Study) -> list[int]:
 def racu_chains(study: Study) -> list[tuple[str, str, str, bool]]:
     """``(dataset, model, measure, recursive)`` of every chain of the study that should get a RACU
     (every measure but random, skipping measures undefined for the model: those have no chain at all)."""
-    from roar.importance import check_supported
+    from roar.importance.registry import check_supported
 
     chains = []
     for dataset in study.datasets:

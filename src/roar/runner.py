@@ -47,7 +47,7 @@ class Runner:
                                                  "measures": self.study.measures, "steps": self.study.steps})
 
     def train_config(self, model: str, dataset: str):
-        from roar.models.config import TrainConfig
+        from roar.train_config import TrainConfig
 
         values = dict(section(self.params, "train", model, dataset))
         values.setdefault("model", model)

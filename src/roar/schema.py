@@ -8,9 +8,9 @@ with one line such as::
     params.yaml: unknown key train.bilstm-attention.babi-1.epoch; allowed: attention_hidden, batch_size, ...
 
 The names (datasets, models, measures) and the keys of ``prepare.<dataset>`` and
-``train.<model>.<dataset>`` come from the library (:data:`roar.data.datasets.DATASETS`,
-:class:`~roar.data.datasets.PrepareConfig`, :data:`roar.models.config.MODELS`,
-:class:`~roar.models.config.TrainConfig`, :data:`roar.importance.MEASURES`), so that a new dataset,
+``train.<model>.<dataset>`` come from the library (:data:`roar.datasets.DATASETS`,
+:class:`~roar.datasets.PrepareConfig`, :data:`roar.registry.MODELS`,
+:class:`~roar.train_config.TrainConfig`, :data:`roar.registry.MEASURES`), so that a new dataset,
 model, measure or option is known here without a second list. Those modules hold names and
 settings only (no torch, no loader), so checking params is fast and the report stage does not
 depend on model or loader code.
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 
 from roar.errors import RoarError
-from roar.models.config import DEVICES
+from roar.train_config import DEVICES
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
 REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
@@ -197,23 +197,21 @@ SLURM_STAGE_KINDS = ("prepare", "train_k0", "train_all_masked", "recursive", "ro
 
 def known_names() -> dict[str, tuple[str, ...]]:
     """The names the library knows: datasets, models, measures, strategies."""
-    from roar.data.datasets import DATASETS
-    from roar.importance import MEASURES
-    from roar.masking import STRATEGIES
-    from roar.models.config import MODELS
+    from roar.datasets import DATASETS
+    from roar.registry import MEASURES, MODELS, STRATEGIES
 
     return {"dataset": tuple(DATASETS), "model": tuple(MODELS), "measure": tuple(MEASURES),
             "strategy": tuple(STRATEGIES)}
 
 
 def prepare_keys() -> tuple[str, ...]:
-    from roar.data.datasets import PrepareConfig
+    from roar.datasets import PrepareConfig
 
     return tuple(sorted(f.name for f in fields(PrepareConfig)))
 
 
 def train_keys() -> tuple[str, ...]:
-    from roar.models.config import TrainConfig
+    from roar.train_config import TrainConfig
 
     return tuple(sorted(f.name for f in fields(TrainConfig) if f.name not in TRAIN_NOT_IN_PARAMS))
 

@@ -16,8 +16,11 @@ from roar.faults import failpoint
 from roar.fileio import atomic_dir
 from roar.metrics import compute_metric
 from roar.models.batching import BucketBatchSampler, SplitDataset, iterate_batches
-from roar.models.config import MODELS, TrainConfig  # noqa: F401 (re-exported: the training API)
 from roar.models.device import resolve_device
+from roar.models.registry import build_model  # noqa: F401 (also the training API)
+from roar.registry import model_family
+from roar.train_config import TrainConfig  # noqa: F401 (re-exported: the training API)
+
 
 @dataclass
 class TrainResult:
@@ -35,39 +38,6 @@ class TrainResult:
     def reproducible(self) -> dict:
         """The fields that the inputs determine (everything but the wall time)."""
         return {k: v for k, v in asdict(self).items() if k != "seconds"}
-
-
-def build_model(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
-                architecture: dict | None = None) -> torch.nn.Module:
-    """A fresh model for ``meta``'s task: randomly initialised (BiLSTM), or the pretrained
-    ``config.checkpoint`` with a fresh classification head (transformer).
-
-    Args:
-        architecture: a saved transformer's HF config (:func:`save_model`): rebuild that
-            architecture, randomly initialised and without network, instead of loading the checkpoint.
-    """
-    if config.model == "bilstm-attention":
-        from roar.models.bilstm import BiLSTMAttention
-
-        return BiLSTMAttention(vocab_size, len(meta.classes), meta.paired, config.embedding_dim,
-                               config.hidden, config.attention_hidden)
-    if config.model == "roberta":
-        from roar.models.transformer import TransformerClassifier
-
-        if architecture is not None:
-            return TransformerClassifier.from_config_dict(architecture)
-        if not config.checkpoint:
-            raise ValueError(f"model 'roberta' needs a checkpoint (train.roberta.{meta.name}.checkpoint: "
-                             "a HF checkpoint name or a local directory)")
-        if meta.tokenizer != config.checkpoint:
-            raise ValueError(f"dataset {meta.name} was tokenized for {meta.tokenizer!r}, not for checkpoint "
-                             f"{config.checkpoint!r}; prepare it for this model")
-        model = TransformerClassifier.from_checkpoint(config.checkpoint, len(meta.classes))
-        if vocab_size > model.embedding.num_embeddings:
-            raise ValueError(f"tokenizer vocabulary ({vocab_size}) exceeds the embedding rows of "
-                             f"{config.checkpoint!r} ({model.embedding.num_embeddings})")
-        return model
-    raise ValueError(f"model {config.model!r} is not available; allowed: {', '.join(MODELS)}")
 
 
 def trainer_precision(model: torch.nn.Module, device: torch.device) -> str:
@@ -156,17 +126,15 @@ def score_split(model: torch.nn.Module, split: Split, metric: str) -> float:
 
 
 def init_word_vectors(model: torch.nn.Module, config: TrainConfig, vocab: list[str]) -> float:
-    """Copy pretrained vectors (``config.embeddings``) into a BiLSTM's embedding; returns the coverage."""
+    """Copy pretrained vectors (``config.embeddings``) into the embeddings of a family with the
+    ``word-vectors`` capability; returns the coverage."""
     from roar.data.embeddings import load_word_vectors
 
     vectors = load_word_vectors(config.embeddings, vocab)
     if vectors.matrix.shape[1] != config.embedding_dim:
         raise ValueError(f"embeddings {config.embeddings!r} have {vectors.matrix.shape[1]} dimensions but "
                          f"embedding_dim={config.embedding_dim}; set embedding_dim to match")
-    with torch.no_grad():
-        for embedding in (model.embedding, getattr(model, "embedding2", None)):
-            if embedding is not None:
-                embedding.weight.copy_(torch.from_numpy(vectors.matrix))
+    model.set_word_vectors(torch.from_numpy(vectors.matrix))
     return vectors.coverage
 
 
@@ -176,7 +144,7 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
     """Train a fresh model on ``splits['train']``, select by validation, score on test.
 
     ``vocab`` (the dataset's tokens in id order) is needed when ``config.embeddings`` names
-    pretrained word vectors for the BiLSTM. ``device``: where to train and score (None: the GPU
+    pretrained word vectors (the ``word-vectors`` capability). ``device``: where to train and score (None: the GPU
     when torch sees one, else the CPU; :func:`roar.models.device.resolve_device`).
 
     Returns:
@@ -191,7 +159,7 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
     L.seed_everything(seed, verbose=False)
     model = build_model(meta, vocab_size, config)
     coverage = digest = None
-    if config.embeddings and config.model == "bilstm-attention":
+    if config.embeddings and model_family(config.model).supports("word-vectors"):
         if vocab is None:
             raise ValueError(f"embeddings {config.embeddings!r} need the dataset vocabulary")
         coverage = init_word_vectors(model, config, vocab)

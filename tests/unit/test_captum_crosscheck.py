@@ -172,7 +172,7 @@ def captum_scores(model, batch: Batch, measure: str, steps: int = 50, method: st
 
 
 def project_scores(model, batch: Batch, measure: str, steps: int = 50) -> torch.Tensor:
-    m = make_measure(measure, ig_samples=steps)
+    m = make_measure(measure, {"samples": steps})
     return m.attribute(model, batch, np.arange(len(batch.labels)), "test").detach()
 
 

@@ -175,7 +175,7 @@ def test_word_vectors_changed_in_place_are_caught(project: Path, tmp_path: Path,
 
 def test_a_diverged_training_fails_with_one_line_instead_of_loading_no_weights(tmp_path: Path) -> None:
     from roar.data.storage import vocab_size
-    from roar.models.config import TrainConfig
+    from roar.train_config import TrainConfig
     from roar.training import train
 
     folder = tmp_path / "babi"
@@ -189,7 +189,7 @@ def test_a_diverged_training_fails_with_one_line_instead_of_loading_no_weights(t
 
 def test_early_stopping_stops_after_patience_epochs_without_improvement(tmp_path: Path) -> None:
     from roar.data.storage import vocab_size
-    from roar.models.config import TrainConfig
+    from roar.train_config import TrainConfig
     from roar.training import train
 
     folder = tmp_path / "babi"

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from roar.data.storage import Split
-from roar.importance import MEASURES
+from roar.registry import MEASURES
 from roar.importance.registry import make_measure
 from roar.importance.attention import AttentionImportance
-from roar.importance.base import compute_importance, explained_batch, prediction_agreement
+from roar.importance.base import MeasureContext, compute_importance, explained_batch, prediction_agreement
 from roar.importance.gradient import GradientImportance
 from roar.importance.input_x_gradient import InputXGradientImportance
 from roar.importance.integrated_gradient import IntegratedGradientImportance
@@ -295,15 +295,15 @@ def test_mutual_information_against_explicit_loops_with_padding_and_repeats():
 
 def test_make_measure_names():
     for name in MEASURES:
-        kwargs = {"train_split": Split.from_lists([[5]], [0]), "vocab_size": 6, "n_classes": 1} \
-            if name == "mutual-information" else {}
-        assert make_measure(name, **kwargs).name == name
+        context = MeasureContext(train_split=Split.from_lists([[5]], [0]), vocab_size=6, n_classes=1)
+        assert make_measure(name, {}, context).name == name
     with pytest.raises(ValueError, match="'saliency'.*random.*attention.*gradient.*mutual-information"):
         make_measure("saliency")
     with pytest.raises(ValueError, match="training split"):
         make_measure("mutual-information")
-    assert make_measure("integrated-gradient", ig_samples=7).samples == 7
-    assert make_measure("random", seed=5).seed == 5
+    assert make_measure("integrated-gradient", {"samples": 7}).samples == 7
+    assert make_measure("integrated-gradient").samples == 50
+    assert make_measure("random", {}, MeasureContext(seed=5)).seed == 5
 
 
 def test_compute_importance_fills_rows_and_zero_padding():

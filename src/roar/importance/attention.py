@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from roar.importance.base import MeasureContext
+from roar.models.base import Classifier
 from roar.models.batching import Batch
 
 
@@ -14,9 +16,16 @@ class AttentionImportance:
     name = "attention"
     needs_model = True
     explains_class = False
+    requires = frozenset({"attention"})  # the family's forward pass returns attention weights
+
+
+    @classmethod
+    def from_params(cls, params: dict, context: MeasureContext) -> AttentionImportance:
+        """No options."""
+        return cls()
 
     @torch.no_grad()
-    def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
+    def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         out = model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2)
         if out.attention is None:
             raise ValueError(f"the attention measure needs a model with an attention layer; "

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
 
 from roar.data.storage import Split
+from roar.models.base import Classifier
 from roar.models.batching import Batch
+
+
+@dataclass(frozen=True)
+class MeasureContext:
+    """What a run knows when it builds a measure (besides the measure's own options).
+
+    Attributes:
+        seed: the chain's seed (``random`` draws from it).
+        train_split: the training split of the step's input data (``mutual-information`` counts it).
+        vocab_size, n_classes: the dataset's token ids and classes.
+    """
+
+    seed: int = 0
+    train_split: Split | None = None
+    vocab_size: int = 0
+    n_classes: int = 0
 
 
 class ImportanceMeasure(Protocol):
@@ -19,13 +37,26 @@ class ImportanceMeasure(Protocol):
     ``attribute`` returns ``[B, L]`` scores for a batch whose first sequence is ``[B, L]``;
     values at padding positions are unspecified (masking never looks at them). A measure with
     ``explains_class`` explains the logit of ``batch.labels`` (see :func:`explained_batch`).
+    It uses a model only through :class:`~roar.models.base.Classifier`.
+
+    Attributes:
+        name: the measure's name in :data:`roar.registry.MEASURES_BY_NAME`.
+        needs_model: whether ``attribute`` reads the model (else it gets None).
+        explains_class: whether it explains the logit of one class (``importance.target``).
+        requires: model-family capabilities it needs (:data:`roar.registry.CAPABILITIES`).
     """
 
     name: str
     needs_model: bool
     explains_class: bool
+    requires: frozenset[str]
 
-    def attribute(self, model: torch.nn.Module | None, batch: Batch, example_ids: np.ndarray,
+    @classmethod
+    def from_params(cls, params: dict, context: MeasureContext) -> ImportanceMeasure:
+        """The measure configured by its ``importance.<name>`` options and the run's ``context``."""
+        ...
+
+    def attribute(self, model: Classifier | None, batch: Batch, example_ids: np.ndarray,
                   split_name: str) -> torch.Tensor: ...
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from roar.importance.base import embedding_gradient
+from roar.importance.base import MeasureContext, embedding_gradient
+from roar.models.base import Classifier
 from roar.models.batching import Batch
 
 
@@ -20,10 +21,17 @@ class GradientImportance:
     name = "gradient"
     needs_model = True
     explains_class = True
+    requires = frozenset()
 
-    def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
+
+    @classmethod
+    def from_params(cls, params: dict, context: MeasureContext) -> GradientImportance:
+        """No options."""
+        return cls()
+
+    def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         grad = embedding_gradient(model, batch, model.embed(batch.tokens))
-        weight = model.embedding.weight.detach()
+        weight = model.embedding_matrix().detach()
         gram = weight.T @ weight
         squared = torch.einsum("bld,de,ble->bl", grad, gram, grad)
         return squared.clamp(min=0).sqrt()

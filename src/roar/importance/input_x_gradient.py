@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from roar.importance.base import embedding_gradient
+from roar.importance.base import MeasureContext, embedding_gradient
+from roar.models.base import Classifier
 from roar.models.batching import Batch
 
 
@@ -15,8 +16,15 @@ class InputXGradientImportance:
     name = "input-x-gradient"
     needs_model = True
     explains_class = True
+    requires = frozenset()
 
-    def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
+
+    @classmethod
+    def from_params(cls, params: dict, context: MeasureContext) -> InputXGradientImportance:
+        """No options."""
+        return cls()
+
+    def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         embeddings = model.embed(batch.tokens).detach()
         grad = embedding_gradient(model, batch, embeddings)
         return (grad * embeddings).sum(-1).abs()

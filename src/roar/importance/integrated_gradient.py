@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from roar.importance.base import embedding_gradient
+from roar.importance.base import MeasureContext, embedding_gradient
+from roar.models.base import Classifier
 from roar.models.batching import Batch
 
 
@@ -29,11 +30,17 @@ class IntegratedGradientImportance:
     name = "integrated-gradient"
     needs_model = True
     explains_class = True
+    requires = frozenset()
 
     def __init__(self, samples: int = 50, max_rows: int | None = None, batched: bool = True):
         if samples < 1:
             raise ValueError(f"integrated-gradient samples={samples!r} must be >= 1")
         self.samples, self.max_rows, self.batched = samples, max_rows, batched
+
+    @classmethod
+    def from_params(cls, params: dict, context: MeasureContext) -> IntegratedGradientImportance:
+        """Options ``samples`` (default 50) and ``max_rows`` (default None)."""
+        return cls(int(params.get("samples", 50)), params.get("max_rows"))
 
     def rows_per_pass(self, model: torch.nn.Module, batch: Batch, device: torch.device) -> int:
         """``max_rows``, or the device's default for ``model`` at ``batch``'s padded lengths."""
@@ -70,6 +77,6 @@ class IntegratedGradientImportance:
             total += embedding_gradient(model, stacked, scaled).reshape(m, *embeddings.shape).sum(0)
         return total / n
 
-    def attribute(self, model: torch.nn.Module, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
+    def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         embeddings = model.embed(batch.tokens).detach()
         return (self.mean_gradient(model, batch, embeddings) * embeddings).sum(-1).abs()

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from roar.data.storage import Split
+from roar.importance.base import MeasureContext
 from roar.models.batching import Batch
 
 
@@ -50,9 +51,17 @@ class MutualInformationImportance:
     name = "mutual-information"
     needs_model = False
     explains_class = False
+    requires = frozenset()
 
     def __init__(self, train_split: Split, vocab_size: int, n_classes: int):
         self.table = torch.from_numpy(word_label_mutual_information(train_split, vocab_size, n_classes))
+
+    @classmethod
+    def from_params(cls, params: dict, context: MeasureContext) -> MutualInformationImportance:
+        """No options; counts ``context.train_split``."""
+        if context.train_split is None:
+            raise ValueError("mutual-information needs the training split")
+        return cls(context.train_split, context.vocab_size, context.n_classes)
 
     def attribute(self, model, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         return self.table[batch.tokens.cpu()]

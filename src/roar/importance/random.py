@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from roar.importance.base import MeasureContext
 from roar.models.batching import Batch
 
 _SPLIT_CODES = {"train": 1, "val": 2, "test": 3}
@@ -36,9 +37,15 @@ class RandomImportance:
     name = "random"
     needs_model = False
     explains_class = False
+    requires = frozenset()
 
     def __init__(self, seed: int = 0):
         self.seed = seed
+
+    @classmethod
+    def from_params(cls, params: dict, context: MeasureContext) -> RandomImportance:
+        """No options; seeded by the chain's seed."""
+        return cls(context.seed)
 
     def attribute(self, model, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         scores = uniform_scores(self.seed, _SPLIT_CODES[split_name], example_ids, batch.tokens.shape[1])

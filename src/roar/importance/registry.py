@@ -1,47 +1,40 @@
-"""Build an importance measure by name: each measure's module is imported only when it is used."""
+"""Build an importance measure by name: each measure's module is imported only when it is used.
+
+The names and ``module:Class`` of every measure are in :data:`roar.registry.MEASURES_BY_NAME`; each
+class declares its parameters (``from_params``) and needs (``needs_model``, ``explains_class``,
+``requires``; see :class:`roar.importance.base.ImportanceMeasure`).
+"""
 
 from __future__ import annotations
 
 import importlib
 
-from roar.data.storage import Split
-from roar.importance import MEASURE_MODULES, MEASURES
-
-MEASURE_CLASSES = {"random": "RandomImportance", "attention": "AttentionImportance",
-                   "gradient": "GradientImportance", "input-x-gradient": "InputXGradientImportance",
-                   "integrated-gradient": "IntegratedGradientImportance",
-                   "mutual-information": "MutualInformationImportance"}
+from roar.importance.base import ImportanceMeasure, MeasureContext
+from roar.registry import MODEL_FAMILIES, measure_target, model_family
 
 
-def measure_class(name: str) -> type:
+def measure_class(name: str) -> type[ImportanceMeasure]:
     """The class that implements the measure ``name`` (its module imported now)."""
-    if name not in MEASURE_MODULES:
-        raise ValueError(f"unknown importance measure {name!r}; allowed: {', '.join(MEASURES)}")
-    return getattr(importlib.import_module(MEASURE_MODULES[name]), MEASURE_CLASSES[name])
+    module, _, attribute = measure_target(name).partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
-def make_measure(name: str, *, seed: int = 0, train_split: Split | None = None, vocab_size: int = 0,
-                 n_classes: int = 0, ig_samples: int = 50, ig_max_rows: int | None = None):
+def make_measure(name: str, params: dict | None = None, context: MeasureContext | None = None) -> ImportanceMeasure:
     """The importance measure called ``name``, configured.
 
     Args:
-        name: one of :data:`MEASURES`.
-        seed: seed of ``random``.
-        train_split, vocab_size, n_classes: the training data that ``mutual-information`` counts.
-        ig_samples, ig_max_rows: Riemann samples and memory budget of ``integrated-gradient``.
+        name: one of :data:`roar.registry.MEASURES`.
+        params: its options (params.yaml ``importance.<name>``); missing keys take the class's defaults.
+        context: what the run knows (seed, training split, vocabulary size, classes).
     """
-    if name == "random":
-        return measure_class(name)(seed)
-    if name == "attention":
-        return measure_class(name)()
-    if name == "gradient":
-        return measure_class(name)()
-    if name == "input-x-gradient":
-        return measure_class(name)()
-    if name == "integrated-gradient":
-        return measure_class(name)(ig_samples, ig_max_rows)
-    if name == "mutual-information":
-        if train_split is None:
-            raise ValueError("mutual-information needs the training split")
-        return measure_class(name)(train_split, vocab_size, n_classes)
-    raise ValueError(f"unknown importance measure {name!r}; allowed: {', '.join(MEASURES)}")
+    return measure_class(name).from_params(dict(params or {}), context or MeasureContext())
+
+
+def check_supported(measure: str, model: str) -> None:
+    """Raise a one-line error if ``measure`` needs a capability (:data:`roar.registry.CAPABILITIES`)
+    that the family ``model`` lacks, e.g. attention weights."""
+    missing = sorted(measure_class(measure).requires - model_family(model).capabilities)
+    if missing:
+        having = [f.name for f in MODEL_FAMILIES.values() if measure_class(measure).requires <= f.capabilities]
+        raise ValueError(f"importance measure {measure!r} is not defined for model {model!r}: it needs "
+                         f"{', '.join(missing)}, which {model} lacks; models with it: {', '.join(having) or 'none'}")

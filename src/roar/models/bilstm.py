@@ -7,24 +7,16 @@ gradients can scale them.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from roar.models.base import ModelOutput
 
-class ModelOutput(NamedTuple):
-    """Forward pass results.
-
-    Attributes:
-        logits: ``[B, C]`` class scores.
-        attention: ``[B, L]`` attention over the first sequence (0 on padding), or None.
-        embeddings: ``[B, L, D]`` the first sequence's input embeddings used.
-    """
-
-    logits: torch.Tensor
-    attention: torch.Tensor | None
-    embeddings: torch.Tensor
+if TYPE_CHECKING:
+    from roar.data.storage import DatasetMeta
+    from roar.train_config import TrainConfig
 
 
 def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -123,6 +115,17 @@ class BiLSTMAttention(nn.Module):
         """``[B, L]`` ids -> ``[B, L, D]`` embeddings of the first sequence."""
         return self.embedding(tokens)
 
+    def embedding_matrix(self) -> torch.Tensor:
+        """``[V, D]`` the first sequence's embedding table."""
+        return self.embedding.weight
+
+    @torch.no_grad()
+    def set_word_vectors(self, vectors: torch.Tensor) -> None:
+        """Start both sequences' embeddings from the ``[V, D]`` pretrained ``vectors``."""
+        for embedding in (self.embedding, getattr(self, "embedding2", None)):
+            if embedding is not None:
+                embedding.weight.copy_(vectors)
+
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, tokens2: torch.Tensor | None = None,
                 lengths2: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> ModelOutput:
         """Classify a batch.
@@ -169,3 +172,11 @@ class BiLSTMAttention(nn.Module):
         if not self.paired:
             groups.append({"params": list(self.embedding.parameters()), "weight_decay": 0.0})
         return torch.optim.Adam(groups, lr=config.lr, amsgrad=True), None
+
+
+def build(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
+          architecture: dict | None = None) -> BiLSTMAttention:
+    """A randomly initialised BiLSTM-attention for ``meta``'s task (the family's builder in
+    :mod:`roar.registry`; ``architecture`` is unused: ``config`` describes the whole model)."""
+    return BiLSTMAttention(vocab_size, len(meta.classes), meta.paired, config.embedding_dim, config.hidden,
+                           config.attention_hidden)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from roar.errors import RoarError
-from roar.models.config import DEVICES
+from roar.train_config import DEVICES
 
 if TYPE_CHECKING:
     import torch

