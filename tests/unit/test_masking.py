@@ -148,3 +148,88 @@ def test_bad_strategy_raises_with_value():
 def test_importance_shape_mismatch_raises():
     with pytest.raises(ValueError, match="shape"):
         mask_top_k(np.array([[10, 11]]), np.array([2]), np.zeros((1, 3)), 1, "count")
+
+
+# Property tests: many seeded random cases (scores with ties, rows of every length) instead of a few
+# hand-picked ones; each failure names its case.
+
+def random_rows(rng: np.random.Generator, n: int = 12, width: int = 14) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows ``START w.. END PAD..`` with 0..width-2 words (ids >= 10) and their lengths."""
+    tokens = np.full((n, width), P)
+    lengths = np.zeros(n, dtype=np.int64)
+    for row in range(n):
+        words = rng.integers(10, 50, size=int(rng.integers(0, width - 1)))
+        sequence = [S, *words, E]
+        tokens[row, : len(sequence)] = sequence
+        lengths[row] = len(sequence)
+    return tokens, lengths
+
+
+def masked_positions(tokens: np.ndarray) -> np.ndarray:
+    return tokens == M
+
+
+@pytest.mark.parametrize("strategy", ["quantile", "count"])
+def test_masks_are_nested_in_k_for_the_same_scores(strategy):
+    """With the same importance, masking at k2 > k1 keeps every token masked at k1, and masking the
+    k1-masked rows further to k2 gives exactly the rows masked at k2 from scratch."""
+    rng = np.random.default_rng(0)
+    ks = [0, 1, 10, 25, 33, 50, 67, 90, 99, 100] if strategy == "quantile" else [0, 1, 2, 3, 5, 8, 13]
+    for case in range(40):
+        tokens, lengths = random_rows(rng)
+        importance = rng.integers(0, 4, size=tokens.shape).astype(float)  # few values: many ties
+        for k1, k2 in zip(ks, ks[1:]):
+            at_k1 = mask_top_k(tokens, lengths, importance, k1, strategy)
+            at_k2 = mask_top_k(tokens, lengths, importance, k2, strategy)
+            lost = masked_positions(at_k1) & ~masked_positions(at_k2)
+            assert not lost.any(), f"case {case}: k={k1} masks {np.argwhere(lost).tolist()} that k={k2} unmasks"
+            np.testing.assert_array_equal(mask_top_k(at_k1, lengths, importance, k2, strategy), at_k2,
+                                          err_msg=f"case {case}: k={k1} then k={k2}")
+
+
+@pytest.mark.parametrize("strategy", ["quantile", "count"])
+def test_recursive_chain_masked_set_only_grows(strategy):
+    """Recursive ROAR: each step masks the previous step's output by new scores (a new model). The
+    masked set only grows, each row reaches exactly its target count, and specials and padding
+    are never masked."""
+    rng = np.random.default_rng(1)
+    steps = [10, 20, 40, 60, 80, 90, 100] if strategy == "quantile" else [1, 2, 4, 7, 11]
+    for case in range(40):
+        tokens, lengths = random_rows(rng)
+        maskable = (np.arange(tokens.shape[1])[None, :] < lengths[:, None]) & (tokens != S) & (tokens != E)
+        current = tokens
+        for k in steps:
+            importance = rng.normal(size=tokens.shape)
+            following = mask_top_k(current, lengths, importance, k, strategy)
+            assert not (masked_positions(current) & ~masked_positions(following)).any(), f"case {case}, k={k}"
+            assert not (masked_positions(following) & ~maskable).any(), f"case {case}, k={k}: special masked"
+            np.testing.assert_array_equal(masked_positions(following).sum(1),
+                                          target_masked(maskable.sum(1), k, strategy), err_msg=f"case {case}, k={k}")
+            np.testing.assert_array_equal(np.where(masked_positions(following), tokens, following), tokens)
+            current = following
+
+
+def test_quantile_exact_counts_per_example():
+    """floor(k * n / 100) masked tokens per example, n its maskable tokens (hand-computed)."""
+    n_maskable = [0, 1, 3, 7, 10]
+    tokens = np.full((len(n_maskable), 12), P)
+    for row, n in enumerate(n_maskable):
+        tokens[row, : n + 2] = [S, *range(10, 10 + n), E]
+    lengths = np.array(n_maskable) + 2
+    importance = np.random.default_rng(2).normal(size=tokens.shape)
+    expected = {  # k -> masked tokens of the rows with 0, 1, 3, 7, 10 maskable tokens
+        0: [0, 0, 0, 0, 0],
+        10: [0, 0, 0, 0, 1],    # 0.1, 0.3, 0.7, 1.0
+        15: [0, 0, 0, 1, 1],    # 0.15, 0.45, 1.05, 1.5
+        33: [0, 0, 0, 2, 3],    # 0.33, 0.99, 2.31, 3.3
+        34: [0, 0, 1, 2, 3],    # 1.02, 2.38, 3.4
+        50: [0, 0, 1, 3, 5],    # 0.5, 1.5, 3.5, 5
+        66: [0, 0, 1, 4, 6],    # 0.66, 1.98, 4.62, 6.6
+        67: [0, 0, 2, 4, 6],    # 2.01, 4.69, 6.7
+        99: [0, 0, 2, 6, 9],    # 0.99, 2.97, 6.93, 9.9
+        100: [0, 1, 3, 7, 10],
+    }
+    for k, counts in expected.items():
+        out = mask_top_k(tokens, lengths, importance, k, "quantile")
+        assert (out == M).sum(1).tolist() == counts, f"k={k}"
+        assert target_masked(np.array(n_maskable), k, "quantile").tolist() == counts, f"k={k}"
