@@ -132,12 +132,12 @@ def time_importance(model, measure: str, split) -> float:
 
 def calibrate(params: dict, needed: list[tuple], sizes: dict) -> tuple[dict, str]:
     """Rates for the needed ``(dataset, model, what, arch)`` of :func:`roar.plan.build_plan`:
-    ``{(dataset, model, what): Rate}`` and a one-line note (threads, seconds spent)."""
+    ``{(dataset, model, what): (seconds per unit, where it comes from)}`` (a :class:`roar.plan.Rate`'s
+    fields) and a one-line note (threads, seconds spent)."""
     import torch
 
     from roar.datasets import dataset_spec
     from roar.params import section
-    from roar.plan import Rate
 
     threads = int((params.get("runtime") or {}).get("threads") or 0)
     imp = section(params, "importance")
@@ -170,8 +170,8 @@ def calibrate(params: dict, needed: list[tuple], sizes: dict) -> tuple[dict, str
                 cache[key] = (time_training(built, config, split, 2 if model == "bilstm-attention" else 1)
                               if what == "train" else time_importance(built, timed, split))
             how = "as a gradient pass, " if timed != what else ""
-            rates[(dataset, model, what)] = Rate(cache[key], f"calibrated {how}{len(split)} synthetic rows x "
-                                                 f"{length} tokens")
+            rates[(dataset, model, what)] = (cache[key], f"calibrated {how}{len(split)} synthetic rows x "
+                                                         f"{length} tokens")
     note = (f"{len(cache)} timings in {time.perf_counter() - started:.1f} s on {torch.get_num_threads()} thread(s); "
             "model arithmetic only (no data loading, validation or training loop)")
     return rates, note

@@ -109,7 +109,9 @@ def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."
     loaded = _load(params)
     config = PrepareConfig(**section(loaded, "prepare", dataset))
     checkpoint = (loaded["train"].get(model, {}).get(dataset) or {}).get("checkpoint")
-    if model != "bilstm-attention" and not checkpoint:
+    from roar.registry import model_family
+
+    if model_family(model).encoding == "checkpoint" and not checkpoint:
         from roar.errors import RoarError
 
         raise RoarError(f"{params}: missing key train.{model}.{dataset}.checkpoint; model {model} tokenizes with "

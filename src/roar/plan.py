@@ -30,6 +30,7 @@ from pathlib import Path
 from roar.errors import RoarError
 from roar.launch import WAVES as LAUNCH_WAVES
 from roar.params import section, study_from_params
+from roar.registry import model_family
 
 SPLITS = ("train", "val", "test")
 STAGE_OVERHEAD_S = 10.0  # per stage process: imports and DVC bookkeeping (dvc.yaml: "~5-15 s")
@@ -85,7 +86,7 @@ def data_size(params: dict, dataset: str, model: str, root: Path = Path(".")) ->
     if config.limit:
         rows = tuple(min(r, config.limit) for r in rows)
     tokens = min(float(words), config.max_length)
-    if model != "bilstm-attention":
+    if model_family(model).encoding == "checkpoint":  # subword tokens, within the model's positions
         tokens = min(words * SUBWORDS_PER_WORD + 4, config.max_length, TRANSFORMER_POSITIONS)
         source += f", {SUBWORDS_PER_WORD} subwords per word"
     return DataSize(dict(zip(SPLITS, rows)), tokens, source)
@@ -437,7 +438,8 @@ def build_plan(params: dict, where: str, root: Path = Path("."), uri: str | None
         from roar.calibration import calibrate as run_calibration
 
         missing = [n for n in needed if n[:3] not in resolve_rates(needed, measured, {})]
-        calibrated, note = run_calibration(params, missing, sizes)
+        timings, note = run_calibration(params, missing, sizes)
+        calibrated = {key: Rate(*timing) for key, timing in timings.items()}
     rates = resolve_rates(needed, measured, calibrated)
     for stage in stages:
         stage.compute_s = _stage_seconds(stage, rates)

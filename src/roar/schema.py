@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 
 from roar.errors import RoarError
+from roar.registry import MODEL_FAMILIES
 from roar.train_config import DEVICES
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
@@ -339,7 +340,7 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
             key = f"train.{model}.{dataset}"
             node = c.mapping(key, node, "training settings", nullable=True)
             c.rules(key, node, TRAIN_RULES, train_allowed)
-            if model != "bilstm-attention" and not node.get("checkpoint"):
+            if MODEL_FAMILIES[model].encoding == "checkpoint" and not node.get("checkpoint"):
                 raise c.fail(f"missing key {key}.checkpoint; model {model} needs a HF checkpoint name or a local "
                              "checkpoint folder")
     for model in study["models"]:

@@ -1,7 +1,8 @@
-"""The package's layers point down: import-linter's layers contract of pyproject.toml.
+"""The package's layers point down and its modules import each other in no cycle: the import-linter
+contracts of pyproject.toml.
 
 The package imports lazily inside functions; import-linter's graph (grimp) counts those imports
-too, which the second test checks on a copy of the package with one added back edge.
+too, which the tests check on copies of the package with one added import.
 """
 
 from __future__ import annotations
@@ -25,28 +26,46 @@ def lint_imports(src: Path, config: Path) -> subprocess.CompletedProcess:
                           capture_output=True, env={"PYTHONPATH": str(src), "PATH": str(script.parent)}, check=False)
 
 
-def test_layers_contract_is_kept():
+def copy_package(tmp_path: Path) -> Path:
+    """A copy of the package; returns its ``src`` folder."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "roar", src / "roar", ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+def copy_with_import(tmp_path: Path, module: str, imported: str) -> Path:
+    """A copy of the package where ``module`` imports ``imported`` inside a function."""
+    src = copy_package(tmp_path)
+    path = src.joinpath(*module.split(".")).with_suffix(".py")
+    path.write_text(path.read_text() + f"\n\ndef _added():\n    import {imported}\n\n    return {imported}\n")
+    return src
+
+
+def test_contracts_are_kept():
     result = lint_imports(ROOT / "src", ROOT / "pyproject.toml")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "roar's layers point down KEPT" in result.stdout
+    assert "no import cycles between siblings KEPT" in result.stdout
 
 
-def test_a_back_edge_inside_a_function_breaks_the_contract(tmp_path):
-    src = tmp_path / "src"
-    shutil.copytree(ROOT / "src" / "roar", src / "roar", ignore=shutil.ignore_patterns("__pycache__"))
-    prepare = src / "roar" / "data" / "prepare.py"
-    prepare.write_text(prepare.read_text() + "\n\ndef _back_edge():\n    from roar.chain import ChainSpec\n\n"
-                       "    return ChainSpec\n")
-    result = lint_imports(src, ROOT / "pyproject.toml")
+def test_a_back_edge_inside_a_function_breaks_the_layers(tmp_path):
+    result = lint_imports(copy_with_import(tmp_path, "roar.data.prepare", "roar.chain"), ROOT / "pyproject.toml")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "BROKEN" in result.stdout
     assert "roar.data.prepare -> roar.chain" in result.stdout
 
 
+def test_a_cycle_within_a_layer_breaks_the_acyclic_contract(tmp_path):
+    """chain imports runner; runner importing chain (both in the steps layer) is a cycle."""
+    result = lint_imports(copy_with_import(tmp_path, "roar.runner", "roar.chain"), ROOT / "pyproject.toml")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "roar's layers point down KEPT" in result.stdout
+    assert "no import cycles between siblings BROKEN" in result.stdout
+
+
 def test_every_module_is_in_a_layer(tmp_path):
     """A new module directly in roar/ must be placed in a layer (the contract is exhaustive)."""
-    src = tmp_path / "src"
-    shutil.copytree(ROOT / "src" / "roar", src / "roar", ignore=shutil.ignore_patterns("__pycache__"))
+    src = copy_package(tmp_path)
     (src / "roar" / "stray.py").write_text('"""A module in no layer."""\n')
     result = lint_imports(src, ROOT / "pyproject.toml")
     assert result.returncode == 1, result.stdout + result.stderr
