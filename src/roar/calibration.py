@@ -116,9 +116,8 @@ def time_training(model, config, split, steps: int = 2) -> float:
 
 def time_importance(model, measure: str, split) -> float:
     """Seconds per token and model evaluation of one importance batch of ``measure``."""
-    from roar.importance.base import compute_importance
-    from roar.importance.base import MeasureContext
-    from roar.importance.registry import make_measure
+    from roar.importance.base import MeasureContext, compute_importance
+    from roar.importance.registry import make_measure, model_passes
 
     context = MeasureContext(train_split=split, vocab_size=N_VOCAB, n_classes=2)
     built = make_measure(measure, {"samples": IG_SAMPLES}, context)
@@ -127,7 +126,7 @@ def time_importance(model, measure: str, split) -> float:
     start = time.perf_counter()
     compute_importance(built, model, split, "calibration", batch_size=len(split), progress=False, target="gold")
     tokens = int(split.lengths.sum() + split.lengths2.sum())
-    return (time.perf_counter() - start) / (tokens * (IG_SAMPLES if measure == "integrated-gradient" else 1))
+    return (time.perf_counter() - start) / (tokens * max(model_passes(measure, {"samples": IG_SAMPLES}), 1))
 
 
 def calibrate(params: dict, needed: list[tuple], sizes: dict) -> tuple[dict, str]:

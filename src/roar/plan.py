@@ -116,13 +116,12 @@ def supported(measure: str, model: str) -> bool:
     return True
 
 
-def evals_per_row(measure: str, params: dict) -> int:
-    """Model evaluations (forward, or forward and backward) per example of one importance pass."""
-    if measure in ("random", "mutual-information"):
-        return 0
-    if measure == "integrated-gradient":
-        return int((section(params, "importance").get(measure) or {}).get("samples", 50))
-    return 1
+def evals_per_row(measure: str, params: dict, options: dict | None = None) -> int:
+    """Model evaluations (forward, or forward and backward) per example of one importance pass, with
+    the measure's options from ``params`` (``importance.<measure>``), updated by ``options``."""
+    from roar.importance.registry import model_passes
+
+    return model_passes(measure, {**(section(params, "importance").get(measure) or {}), **(options or {})})
 
 
 def arch_key(train: dict, with_batch: bool) -> tuple:
@@ -300,8 +299,8 @@ def measured_rates(uri: str, params: dict, root: Path = Path(".")) -> tuple[dict
         train = step_train.get(tags.get("mlflow.parentRunId"))
         if tags.get("roar.recursive") != "true" or train is None or "seconds" not in metrics:
             continue
-        samples = run.data.params.get("samples")
-        evals = int(samples) if measure == "integrated-gradient" and samples else evals_per_row(measure, params)
+        # the options this run logged (e.g. integrated-gradient's samples) over those of params
+        evals = evals_per_row(measure, params, {k: v for k, v in run.data.params.items() if k != "measure"})
         units = metrics.get("examples", 0) * size(dataset, model).tokens_per_row * evals
         if units > 0:
             add((dataset, model, measure, arch_key(train, False)), metrics["seconds"], units,

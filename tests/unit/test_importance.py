@@ -306,6 +306,35 @@ def test_make_measure_names():
     assert make_measure("random", {}, MeasureContext(seed=5)).seed == 5
 
 
+def test_every_registered_measure_declares_its_needs():
+    """Each registry line names a class whose ``name`` is its key and whose needs are known capabilities."""
+    from roar.importance.registry import measure_class, model_passes
+    from roar.registry import CAPABILITIES
+
+    for name in MEASURES:
+        cls = measure_class(name)
+        assert cls.name == name
+        assert isinstance(cls.needs_model, bool) and isinstance(cls.explains_class, bool)
+        assert cls.requires <= set(CAPABILITIES), name
+        assert model_passes(name, {"samples": 7}) == (0 if not cls.needs_model else 7 if name == "integrated-gradient"
+                                                      else 1)
+
+
+def test_check_supported_compares_needs_with_the_family():
+    from roar.importance.registry import check_supported
+    from roar.registry import MODELS
+
+    for model in MODELS:
+        for name in MEASURES:
+            if name == "attention" and model == "roberta":
+                with pytest.raises(ValueError, match="'attention' is not defined for model 'roberta'.*bilstm-attention"):
+                    check_supported(name, model)
+            else:
+                check_supported(name, model)
+    with pytest.raises(ValueError, match="unknown model 'gpt'; allowed: bilstm-attention, roberta"):
+        check_supported("gradient", "gpt")
+
+
 def test_compute_importance_fills_rows_and_zero_padding():
     model = tiny_model(True)
     batch = tiny_batch(True)

@@ -42,6 +42,11 @@ class IntegratedGradientImportance:
         """Options ``samples`` (default 50) and ``max_rows`` (default None)."""
         return cls(int(params.get("samples", 50)), params.get("max_rows"))
 
+    @staticmethod
+    def model_passes(params: dict) -> int:
+        """One gradient pass per Riemann sample (what roar.plan's cost model counts)."""
+        return int(params.get("samples", 50))
+
     def rows_per_pass(self, model: torch.nn.Module, batch: Batch, device: torch.device) -> int:
         """``max_rows``, or the device's default for ``model`` at ``batch``'s padded lengths."""
         if self.max_rows:

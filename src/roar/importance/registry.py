@@ -30,6 +30,17 @@ def make_measure(name: str, params: dict | None = None, context: MeasureContext 
     return measure_class(name).from_params(dict(params or {}), context or MeasureContext())
 
 
+def model_passes(name: str, params: dict | None = None) -> int:
+    """Model evaluations (forward, or forward and backward) per example of one importance pass of the
+    measure ``name`` with options ``params``: 0 without a model, else the class's ``model_passes``
+    (optional; 1 when absent)."""
+    cls = measure_class(name)
+    if not cls.needs_model:
+        return 0
+    passes = getattr(cls, "model_passes", None)
+    return 1 if passes is None else passes(dict(params or {}))
+
+
 def check_supported(measure: str, model: str) -> None:
     """Raise a one-line error if ``measure`` needs a capability (:data:`roar.registry.CAPABILITIES`)
     that the family ``model`` lacks, e.g. attention weights."""
