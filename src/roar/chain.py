@@ -241,7 +241,8 @@ class ChainRunner(Runner):
                     measure = make_measure(spec.measure, seed=spec.seed, train_split=splits["train"],
                                            vocab_size=ctx.n_vocab, n_classes=len(ctx.meta.classes),
                                            ig_samples=int(measure_params.get("samples", 50)),
-                                           ig_max_rows=measure_params.get("max_rows"))
+                                           ig_max_rows=measure_params.get("max_rows"), mask_id=ctx.meta.mask_id,
+                                           unmaskable_ids=ctx.meta.unmaskable_ids)
                     model = load_model(source.model_dir).to(self.device) if measure.needs_model else None
                 target = ctx.recipe["params"].get("target", "gold")
                 masked, importance, seconds = roar_step(splits, model, measure, k, self.study.strategy, cached,

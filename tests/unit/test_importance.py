@@ -355,11 +355,11 @@ def test_compute_importance_target_reaches_class_measures_only():
         explained_batch(model, batch, "silver")
 
 
-def test_only_the_gradient_family_explains_a_class():
+def test_only_the_gradient_family_and_the_perturbation_measures_explain_a_class():
     from roar.importance.registry import measure_class
 
     assert {name for name in MEASURES if measure_class(name).explains_class} == {
-        "gradient", "input-x-gradient", "integrated-gradient"}
+        "gradient", "input-x-gradient", "integrated-gradient", "occlusion", "kernel-shap"}
 
 
 def test_paired_model_has_its_own_second_embedding_from_the_same_vectors():

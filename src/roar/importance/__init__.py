@@ -8,7 +8,8 @@ from __future__ import annotations
 MEASURE_MODULES = {"random": "roar.importance.random", "attention": "roar.importance.attention",
                    "gradient": "roar.importance.gradient", "input-x-gradient": "roar.importance.input_x_gradient",
                    "integrated-gradient": "roar.importance.integrated_gradient",
-                   "mutual-information": "roar.importance.mutual_information"}
+                   "mutual-information": "roar.importance.mutual_information",
+                   "occlusion": "roar.importance.occlusion", "kernel-shap": "roar.importance.kernel_shap"}
 MEASURES = tuple(MEASURE_MODULES)
 
 
