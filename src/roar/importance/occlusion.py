@@ -36,16 +36,24 @@ def masked_logits(model: torch.nn.Module, batch: Batch, rows: torch.Tensor, abse
 
     Variant n is example ``rows[n]`` with the first-sequence positions ``absent[n]`` (``[N, L]``
     bool) replaced by ``mask_id``; lengths and the second sequence stay. At most ``max_rows``
-    variants go through the model at once.
+    variants go through the model at once, shortest first, each pass cut to its longest sequence
+    (the models do not depend on padding; the passes then hold little of it).
     """
+    order = torch.argsort(batch.lengths[rows], stable=True)
     out = []
     for start in range(0, len(rows), max_rows):
-        part, gone = rows[start:start + max_rows], absent[start:start + max_rows]
-        tokens = batch.tokens[part].masked_fill(gone, mask_id)
+        pick = order[start:start + max_rows]
+        part = rows[pick]
+        width = int(batch.lengths[part].max())
+        tokens = batch.tokens[part, :width].masked_fill(absent[pick, :width], mask_id)
         logits = model(tokens, batch.lengths[part], None if batch.tokens2 is None else batch.tokens2[part],
                        None if batch.lengths2 is None else batch.lengths2[part]).logits
         out.append(logits.gather(1, batch.labels[part, None]).squeeze(1))
-    return torch.cat(out) if out else batch.tokens.new_zeros(0, dtype=torch.float32)
+    if not out:
+        return batch.tokens.new_zeros(0, dtype=torch.float32)
+    logits = torch.empty(len(rows), dtype=out[0].dtype, device=out[0].device)
+    logits[order] = torch.cat(out)
+    return logits
 
 
 class OcclusionImportance:
