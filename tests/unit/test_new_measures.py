@@ -271,3 +271,33 @@ def test_occlusion_and_kernel_shap_match_captum():
     assert players_of(batch).sum(1).max() == 4
     # Captum sums the permutations' marginals in float32
     torch.testing.assert_close(ours, shapley.double(), rtol=1e-5, atol=1e-7)
+
+
+def test_occlusion_on_a_paired_transformer_with_its_own_mask_token():
+    """A tiny random BERT on pairs, mask id 7 and specials (0, 5, 6) as a tokenizer would give them:
+    occlusion is the plain loop over masked copies; the second sequence is never occluded."""
+    transformers = pytest.importorskip("transformers")
+    from roar.models.transformer import TransformerClassifier
+
+    config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, num_labels=CLASSES, max_position_embeddings=64,
+                                     initializer_range=0.3)
+    torch.manual_seed(0)
+    model = TransformerClassifier(transformers.AutoModelForSequenceClassification.from_config(config)).eval()
+    rows = [[5, 12, 7, 30, 6], [5, 9, 10, 11, 13, 14, 6], [5, 20, 6]]
+    batch = batch_of(rows, [0, 2, 1])
+    tokens2 = torch.tensor([[15, 16, 6], [17, 6, 0], [18, 19, 6]])
+    batch = batch._replace(tokens2=tokens2, lengths2=torch.tensor([3, 2, 3]))
+    measure = make_measure("occlusion", mask_id=7, unmaskable_ids=(0, 5, 6))
+    got = measure.attribute(model, batch, batch.rows, "test")
+    expected = torch.zeros(batch.tokens.shape)
+    with torch.no_grad():
+        for b, row in enumerate(rows):
+            args = (batch.lengths[b:b + 1], tokens2[b:b + 1], batch.lengths2[b:b + 1])
+            full = model(torch.tensor([row]), *args).logits[0, batch.labels[b]]
+            for i, token in enumerate(row):
+                if token not in (0, 5, 6, 7):
+                    masked = torch.tensor([row[:i] + [7] + row[i + 1:]])
+                    expected[b, i] = full - model(masked, *args).logits[0, batch.labels[b]]
+    assert (expected != 0).sum() == 8  # 2 + 5 + 1 words
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
