@@ -112,22 +112,23 @@ def test_occlusion_uses_the_datasets_mask_token():
 # --- kernel SHAP -----------------------------------------------------------------------------------------------
 
 
+def masked_value(model, batch: Batch, b: int, players: tuple[int, ...], kept: frozenset) -> float:
+    """The explained logit of example ``b`` with the players outside ``kept`` masked."""
+    tokens = batch.tokens[b:b + 1].clone()
+    for p in players:
+        if p not in kept:
+            tokens[0, p] = MASK_ID
+    return float(model(tokens, batch.lengths[b:b + 1]).logits[0, batch.labels[b]])
+
+
 def brute_force_shapley(model, batch: Batch) -> torch.Tensor:
     """Shapley values by the subset formula, players = the positions masking may choose."""
     out = torch.zeros(batch.tokens.shape, dtype=torch.float64)
     with torch.no_grad():
         for b in range(len(batch.tokens)):
-            players = players_of(batch)[b].nonzero().squeeze(1).tolist()
+            players = tuple(players_of(batch)[b].nonzero().squeeze(1).tolist())
             m = len(players)
-
-            @functools.cache
-            def value(kept: frozenset) -> float:
-                tokens = batch.tokens[b:b + 1].clone()
-                for p in players:
-                    if p not in kept:
-                        tokens[0, p] = MASK_ID
-                return float(model(tokens, batch.lengths[b:b + 1]).logits[0, batch.labels[b]])
-
+            value = functools.cache(functools.partial(masked_value, model, batch, b, players))
             for p in players:
                 others = [q for q in players if q != p]
                 for size in range(m):
@@ -249,7 +250,7 @@ def captum_setup(model: BiLSTMAttention, batch: Batch):
     embeds = model.embed(batch.tokens).detach()
     baseline = torch.where(players_of(batch)[..., None], model.embed(torch.tensor(MASK_ID)).detach(), embeds)
     features = torch.arange(batch.tokens.shape[1])[None, :, None].expand_as(embeds).contiguous()
-    forward = lambda e, tokens, lengths: model(tokens, lengths, inputs_embeds=e).logits  # noqa: E731
+    forward = lambda e, tokens, lengths: model(tokens, lengths, inputs_embeds=e).logits
     return forward, embeds, baseline, features, (batch.tokens, batch.lengths)
 
 
