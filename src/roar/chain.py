@@ -241,7 +241,8 @@ class ChainRunner(Runner):
                 if cached is None:
                     measure = make_measure(spec.measure, measure_params,
                                            MeasureContext(spec.seed, splits["train"], ctx.n_vocab,
-                                                          len(ctx.meta.classes)))
+                                                          len(ctx.meta.classes), ctx.meta.mask_id,
+                                                          tuple(ctx.meta.unmaskable_ids)))
                     model = load_model(source.model_dir).to(self.device) if measure.needs_model else None
                 target = ctx.recipe["params"].get("target", "gold")
                 masked, importance, seconds = roar_step(splits, model, measure, k, self.study.strategy, cached,

@@ -13,6 +13,8 @@ MEASURE_STYLE = {  # random is drawn distinct: black, dashed
     "input-x-gradient": {"color": "tab:green"},
     "integrated-gradient": {"color": "tab:red"},
     "mutual-information": {"color": "tab:purple"},
+    "occlusion": {"color": "tab:brown"},
+    "kernel-shap": {"color": "tab:pink"},
 }
 
 

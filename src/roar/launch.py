@@ -26,7 +26,8 @@ from threading import Lock
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
 # Within a wave, costlier stages start first so that the pool does not end on one long chain.
-COST_ORDER = ("integrated-gradient", "gradient", "input-x-gradient", "attention", "mutual-information", "random")
+COST_ORDER = ("kernel-shap", "integrated-gradient", "occlusion", "gradient", "input-x-gradient", "attention",
+              "mutual-information", "random")
 
 
 def stage_kind(stage: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from roar.data.storage import Split, read_dataset, write_dataset
-from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS
+from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS, maskable_positions  # noqa: F401 (masking's rule, kept in the data layer)
 from roar.registry import STRATEGIES
 
 
@@ -25,13 +25,6 @@ def check_k(k: int, strategy: str) -> None:
         raise ValueError(f"k={k!r} is not a percentage; quantile allows 0..100")
     if strategy == "count" and k < 0:
         raise ValueError(f"k={k!r} must be >= 0 tokens for the count strategy")
-
-
-def maskable_positions(tokens: np.ndarray, lengths: np.ndarray,
-                       unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> np.ndarray:
-    """``[N, L]`` bool: inside the sequence and not a special token (mask tokens count as maskable)."""
-    inside = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
-    return inside & ~np.isin(tokens, unmaskable_ids)
 
 
 def target_masked(n_maskable: np.ndarray, k: int, strategy: str) -> np.ndarray:

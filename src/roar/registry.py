@@ -58,6 +58,8 @@ MEASURES_BY_NAME: dict[str, str] = {
     "input-x-gradient": "roar.importance.input_x_gradient:InputXGradientImportance",
     "integrated-gradient": "roar.importance.integrated_gradient:IntegratedGradientImportance",
     "mutual-information": "roar.importance.mutual_information:MutualInformationImportance",
+    "occlusion": "roar.importance.occlusion:OcclusionImportance",
+    "kernel-shap": "roar.importance.kernel_shap:KernelShapImportance",
 }
 MEASURES = tuple(MEASURES_BY_NAME)
 

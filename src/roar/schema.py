@@ -182,6 +182,10 @@ TRAIN_NOT_IN_PARAMS = ("model",)
 # importance.<measure>: the options each measure reads (plus the free-form ``note``).
 MEASURE_RULES: dict[str, dict[str, Rule]] = {
     "integrated-gradient": {"samples": integer(1), "max_rows": integer(1, nullable=True)},
+    "occlusion": {"max_rows": integer(1, nullable=True)},
+    "kernel-shap": {"samples": lambda v: integer(2)(v) or (None if v % 2 == 0 else "must be an even integer >= 2 "
+                                                            "(coalitions come in complementary pairs)"),
+                    "max_rows": integer(1, nullable=True)},
 }
 IMPORTANCE_RULES: dict[str, Rule] = {"batch_size": integer(1), "target": one_of(("gold", "predicted"))}
 RUNTIME_RULES: dict[str, Rule] = {"threads": integer(0), "device": one_of(DEVICES), "slurm": mapping}

@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 PAD, UNK, MASK, START, END = "[PAD]", "[UNK]", "[MASK]", "[START]", "[END]"
 SPECIALS = (PAD, UNK, MASK, START, END)
 PAD_ID, UNK_ID, MASK_ID, START_ID, END_ID = range(len(SPECIALS))
@@ -56,3 +58,10 @@ class Vocabulary:
     @classmethod
     def load(cls, path: Path) -> Vocabulary:
         return cls(json.loads(path.read_text()))
+
+
+def maskable_positions(tokens: np.ndarray, lengths: np.ndarray,
+                       unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> np.ndarray:
+    """``[N, L]`` bool: inside the sequence and not a special token (mask tokens count as maskable)."""
+    inside = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
+    return inside & ~np.isin(tokens, unmaskable_ids)

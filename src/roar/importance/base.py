@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from roar.data.storage import Split
+from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS
 from roar.models.base import Classifier
 from roar.models.batching import Batch
 
@@ -23,12 +24,16 @@ class MeasureContext:
         seed: the chain's seed (``random`` draws from it).
         train_split: the training split of the step's input data (``mutual-information`` counts it).
         vocab_size, n_classes: the dataset's token ids and classes.
+        mask_id, unmaskable_ids: the dataset's mask token and never-masked ids (``occlusion`` and
+            ``kernel-shap`` replace tokens by the mask; default: the word vocabulary's).
     """
 
     seed: int = 0
     train_split: Split | None = None
     vocab_size: int = 0
     n_classes: int = 0
+    mask_id: int = MASK_ID
+    unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS
 
 
 class ImportanceMeasure(Protocol):
