@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 
 from roar.errors import RoarError
-from roar.models.config import DEVICES
+from roar.models.config import DEVICES, mask_augment_problem
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
 REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
@@ -176,6 +176,7 @@ TRAIN_RULES: dict[str, Rule] = {
     "embedding_dim": integer(1), "hidden": integer(1), "attention_hidden": integer(1),
     "embeddings": text(nullable=True), "checkpoint": text(nullable=True),
     "warmup_ratio": number(0, 1, high_open=True), "threads": integer(0), "patience": integer(1, nullable=True),
+    "mask_augment": mask_augment_problem,
 }
 TRAIN_NOT_IN_PARAMS = ("model",)
 # importance.<measure>: the options each measure reads (plus the free-form ``note``).
