@@ -174,3 +174,48 @@ def test_the_returned_weights_are_those_of_the_best_validation_epoch(tmp_path: P
     assert result.val_metric == scores[best]
     assert same(weights(model), seen[best][1])
     assert all(not same(weights(model), w) for i, (_, w) in enumerate(seen) if i != best)
+
+
+def test_a_tiny_masked_study_end_to_end(tmp_path: Path, monkeypatch, one_thread):
+    """k0 and all-masked models with mask_augment, a random and a plain-ROAR gradient chain, the report, and the comparison
+    (the variant against itself: every contender it has agrees with itself)."""
+    import yaml
+
+    from roar.chain import ChainRunner, ChainSpec
+    from roar.masking import write_all_masked
+    from roar.paths import Layout
+    from roar.report import write_report
+    from roar.retrain_comparison import write_comparison
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("ROAR_STUDY_RUN_ID", raising=False)
+    params = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "babi-1-quick-mask-augment.yaml")
+                            .read_text())
+    params["study"].update(measures=["random", "gradient", "input-x-gradient"], roar_measures=["gradient",
+                           "input-x-gradient"], seeds=[0], steps=[50])
+    params["prepare"]["babi-1"].update(n_train=800, n_test=100)
+    params["train"]["bilstm-attention"]["babi-1"].update(epochs=4, lr=0.01)  # learns enough for a random-curve area
+    params["runtime"] = {"threads": 1}
+    assert params["train"]["bilstm-attention"]["babi-1"]["mask_augment"] == {"p_max": 1.0, "share": 0.5}
+    layout = Layout(Path("."))
+    prepare("babi-1", layout.prepared("babi-1", "bilstm-attention"), PrepareConfig(**params["prepare"]["babi-1"]))
+    write_all_masked(layout.prepared("babi-1", "bilstm-attention"), layout.all_masked("babi-1", "bilstm-attention"))
+    runner = ChainRunner(params, Path("."), progress=False)
+    runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
+    runner.run_reference("babi-1", "bilstm-attention", 0, "all")  # the retrained curves' k = 100 point
+    saved = json.loads((layout.shared_model("babi-1", "bilstm-attention", "k0", 0) / "config.json").read_text())
+    assert saved["train"]["mask_augment"] == {"p_max": 1.0, "share": 0.5}
+    for measure, recursive in (("random", True), ("gradient", True), ("input-x-gradient", True),
+                               ("gradient", False), ("input-x-gradient", False)):
+        records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", measure, 0, recursive))
+        assert set(records[0]["no_retrain"]) == {"k0-model", "previous-model"}
+        assert records[0]["no_retrain_end"]["k"] == 100
+    write_report(params, Path("results"), Path("reports"))
+    tables = write_comparison(Path("reports"), Path("reports"), Path("comparison"))
+    contenders = set(tables["summary"]["contender"])
+    assert {"Recursive ROAR", "masked-trained k0 model, ROAR masks", "plain k0 model, ROAR masks"} <= contenders
+    same = tables["tau"][(tables["tau"]["first"] == "Recursive ROAR")
+                         & (tables["tau"]["second"] == "masked-trained Recursive ROAR")]
+    assert len(same) == 1 and (same["tau"].isna() | (same["tau"] == 1.0)).all()
+    assert (Path("comparison") / "retrain_comparison.md").is_file()
