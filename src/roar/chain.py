@@ -118,7 +118,7 @@ class ChainRunner(Runner):
         imp_params = dict(section(self.params, "importance"))
         step_params = {"strategy": self.study.strategy, "importance": dict(imp_params.get(spec.measure) or {}),
                        "batch_size": int(imp_params.get("batch_size", 128)),
-                       "train": asdict(self.train_config(spec.model, spec.dataset))}
+                       "train": self.train_config(spec.model, spec.dataset).params()}
         # The explained class matters only to the measures that explain one (the gradient family).
         target = str(imp_params.get("target", "gold")) if measure_class(spec.measure).explains_class else "none"
         if target != "none":

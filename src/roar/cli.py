@@ -209,6 +209,19 @@ def report(params: Path = PARAMS, results: Path = typer.Option(Path("results"), 
     typer.echo(f"report written to {out}/")
 
 
+@command("compare-retraining")
+def compare_retraining(plain: Path = typer.Option(..., "--plain", help="Report folder (or points.csv) of a study."),
+                       masked: Path = typer.Option(..., "--masked", help="Report folder (or points.csv) of the same "
+                                                   "study with train.<model>.<dataset>.mask_augment."),
+                       out: Path = typer.Option(Path("reports/retrain-comparison"), help="Output folder.")) -> None:
+    """Recursive ROAR's RACU beside the no-retrain curves of the plain and the masked-trained k = 0 models:
+    RACU with intervals, Kendall's tau per seed, compute, a figure."""
+    from roar.retrain_comparison import write_comparison
+
+    tables = write_comparison(plain, masked, out)
+    typer.echo(f"{len(tables['summary'])} RACU rows, {len(tables['tau'])} tau rows written to {out}/")
+
+
 @command()
 def audit(dataset: str, model: str, measure: str, seed: int, k: int,
           recursive: bool = typer.Option(True, "--recursive/--roar", help="Recursive ROAR or plain ROAR chain."),

@@ -8,7 +8,6 @@ masked). The chains build on it in :mod:`roar.chain`.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from roar.data.storage import DatasetMeta, Split, read_dataset, read_vocab
@@ -59,14 +58,15 @@ class Runner:
         from roar.training import save_model, train
 
         config = self.train_config(model, meta.name)
-        with self.tracker.run("train", f"train {tags.get('roar.k')}", step_run, tags, asdict(config)) as run_id:
+        with self.tracker.run("train", f"train {tags.get('roar.k')}", step_run, tags, config.params()) as run_id:
             vocab = json.loads((data_dir / "vocab.json").read_text())
             n_vocab = len(vocab)
-            trained, result = train(meta, n_vocab, splits, config, seed, self.progress, vocab, self.device)
+            def log_epoch(entry: dict) -> None:  # live, so that each epoch carries its own timestamp
+                self.tracker.log_metrics(run_id, {k: v for k, v in entry.items() if k != "epoch"}, entry["epoch"])
+
+            trained, result = train(meta, n_vocab, splits, config, seed, self.progress, vocab, self.device, log_epoch)
             if result.embedding_coverage is not None:
                 self.tracker.log_metrics(run_id, {"embedding_coverage": result.embedding_coverage})
-            for entry in result.history:
-                self.tracker.log_metrics(run_id, {k: v for k, v in entry.items() if k != "epoch"}, entry["epoch"])
             self.tracker.log_metrics(run_id, {f"test_{result.metric}": result.test_metric,
                                               "best_epoch": result.best_epoch, "seconds": result.seconds})
             save_model(out, trained, config, meta, n_vocab, result)

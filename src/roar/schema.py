@@ -24,7 +24,7 @@ from dataclasses import fields
 
 from roar.errors import RoarError
 from roar.registry import MODEL_FAMILIES
-from roar.train_config import DEVICES
+from roar.train_config import DEVICES, mask_augment_problem
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
 REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
@@ -177,6 +177,7 @@ TRAIN_RULES: dict[str, Rule] = {
     "embedding_dim": integer(1), "hidden": integer(1), "attention_hidden": integer(1),
     "embeddings": text(nullable=True), "checkpoint": text(nullable=True),
     "warmup_ratio": number(0, 1, high_open=True), "threads": integer(0), "patience": integer(1, nullable=True),
+    "mask_augment": mask_augment_problem,
 }
 TRAIN_NOT_IN_PARAMS = ("model",)
 # importance.<measure>: the options each measure reads (plus the free-form ``note``).

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -55,18 +56,18 @@ def trainer_device(device: torch.device) -> dict:
     return {"accelerator": "cpu", "devices": 1}
 
 
-def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig):
+def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig,
+                 on_epoch: Callable[[dict], None] | None = None):
     import lightning as L
 
     class ClassifierModule(L.LightningModule):
-        """Cross-entropy training; remembers the weights of the best validation epoch."""
+        """Cross-entropy training; logs ``val_select`` (the validation metric) for the checkpoint and
+        early-stopping callbacks and keeps one history entry per epoch (passed to ``on_epoch`` live)."""
 
         def __init__(self):
             super().__init__()
             self.model = model
             self.history: list[dict] = []
-            self.best_state: dict | None = None
-            self.best_epoch, self.best_score = -1, float("-inf")
             self._loss_sum, self._loss_n = 0.0, 0
             self._val_logits: list[torch.Tensor] = []
             self._val_labels: list[torch.Tensor] = []
@@ -88,16 +89,16 @@ def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig
             score = (compute_metric(select_metric, logits, torch.cat(self._val_labels).cpu())
                      if bool(torch.isfinite(logits).all()) else float("nan"))
             self._val_logits, self._val_labels = [], []
-            epoch = self.current_epoch
-            self.history.append({"epoch": epoch, "train_loss": self._loss_sum / max(self._loss_n, 1),
-                                 f"val_{select_metric}": score})
+            entry = {"epoch": self.current_epoch, "train_loss": self._loss_sum / max(self._loss_n, 1),
+                     f"val_{select_metric}": score}
+            self.history.append(entry)
             self._loss_sum, self._loss_n = 0.0, 0
-            self.log("val_select", score)  # read by the EarlyStopping callback (train.<m>.<d>.patience)
-            if epoch == 0:
+            # float64, so that the callbacks compare the metric exactly (a float32 copy could tie two epochs)
+            self.log("val_select", torch.tensor(score, dtype=torch.float64))
+            if on_epoch is not None:
+                on_epoch(dict(entry))
+            if self.current_epoch == 0:
                 failpoint("train")
-            if score > self.best_score:  # a NaN score never wins (see train())
-                self.best_score, self.best_epoch = score, epoch
-                self.best_state = copy.deepcopy(self.model.state_dict())
 
         def configure_optimizers(self):
             optimizer, scheduler = self.model.make_optimizer(config, self.trainer.estimated_stepping_batches)
@@ -106,6 +107,23 @@ def _make_module(model: torch.nn.Module, select_metric: str, config: TrainConfig
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     return ClassifierModule()
+
+
+def best_checkpoint(folder: Path):
+    """Lightning's ``ModelCheckpoint`` keeping the best-validation weights in ``folder``: an epoch is
+    kept when its ``val_select`` is strictly higher than the best so far (the earliest of equal epochs
+    wins); a NaN epoch never is (Lightning stores it as -inf, so an all-NaN run ends with a -inf best)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    return ModelCheckpoint(dirpath=folder, monitor="val_select", mode="max", save_top_k=1, save_weights_only=True,
+                           save_on_train_epoch_end=False, save_last=False, enable_version_counter=False)
+
+
+def load_best(module: torch.nn.Module, checkpoint) -> int:
+    """Load the weights of ``checkpoint``'s best epoch into ``module`` (on the CPU); returns that epoch."""
+    saved = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True)
+    module.load_state_dict(saved["state_dict"])
+    return int(saved["epoch"])
 
 
 @torch.no_grad()
@@ -140,12 +158,16 @@ def init_word_vectors(model: torch.nn.Module, config: TrainConfig, vocab: list[s
 
 def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: TrainConfig, seed: int,
           progress: bool = True, vocab: list[str] | None = None,
-          device: torch.device | None = None) -> tuple[torch.nn.Module, TrainResult]:
+          device: torch.device | None = None,
+          on_epoch: Callable[[dict], None] | None = None) -> tuple[torch.nn.Module, TrainResult]:
     """Train a fresh model on ``splits['train']``, select by validation, score on test.
 
     ``vocab`` (the dataset's tokens in id order) is needed when ``config.embeddings`` names
     pretrained word vectors (the ``word-vectors`` capability). ``device``: where to train and score (None: the GPU
-    when torch sees one, else the CPU; :func:`roar.models.device.resolve_device`).
+    when torch sees one, else the CPU; :func:`roar.models.device.resolve_device`). ``on_epoch``: called
+    after every validation with that epoch's history entry (``epoch``, ``train_loss``, ``val_<metric>``),
+    so that a tracker logs it live. ``config.mask_augment`` masks the training batches at random
+    (:mod:`roar.models.augment`; validation and test are left as they are).
 
     Returns:
         The model (on the CPU) with its best-validation weights, and the run's :class:`TrainResult`.
@@ -166,42 +188,51 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
         from roar.data.embeddings import vectors_digest
 
         digest = vectors_digest(config.embeddings)
-    module = _make_module(model, meta.select_metric, config)
+    module = _make_module(model, meta.select_metric, config, on_epoch)
     train_set, val_set = SplitDataset(splits["train"]), SplitDataset(splits["val"])
     sampler = BucketBatchSampler(splits["train"].lengths, config.batch_size, seed)
+    collate = train_set.collate
+    if config.mask_augment is not None:  # masked fine-tuning: the training batches only
+        from roar.models.augment import masking_collate
+
+        collate = masking_collate(collate, config.mask_augment, seed, meta.mask_id, tuple(meta.unmaskable_ids))
     loaders = (
-        torch.utils.data.DataLoader(train_set, batch_sampler=sampler, collate_fn=train_set.collate),
+        torch.utils.data.DataLoader(train_set, batch_sampler=sampler, collate_fn=collate),
         torch.utils.data.DataLoader(val_set, 256, collate_fn=val_set.collate),
     )
     # Deterministic kernels: on the CPU the same inputs, seed and thread count give byte-identical
     # weights (so a retrained model folder keeps its content hash). On a GPU, cuDNN's LSTM and
     # scatter/index kernels have no deterministic implementation; Lightning then warns instead.
     on_gpu = device.type == "cuda"
-    callbacks = []
-    if config.patience:
-        from lightning.pytorch.callbacks import EarlyStopping
+    with tempfile.TemporaryDirectory(prefix="roar-best-") as folder:
+        checkpoint = best_checkpoint(Path(folder))
+        callbacks = [checkpoint]
+        if config.patience:
+            from lightning.pytorch.callbacks import EarlyStopping
 
-        # Same rule as the best-weights copy: strictly better is an improvement; NaN never is.
-        callbacks.append(EarlyStopping("val_select", mode="max", patience=config.patience, min_delta=0.0,
-                                       check_finite=False))
-    trainer = L.Trainer(max_epochs=config.epochs, logger=False, enable_checkpointing=False, callbacks=callbacks,
-                        enable_model_summary=False, enable_progress_bar=progress, num_sanity_val_steps=0,
-                        deterministic="warn" if on_gpu else True, precision=trainer_precision(model, device),
-                        **trainer_device(device))
-    trainer.fit(module, *loaders)
-    if module.best_state is None:
-        scores = [entry[f"val_{meta.select_metric}"] for entry in module.history]
-        raise ValueError(f"training {config.model} on {meta.name} (seed {seed}) gave a non-finite validation "
-                         f"{meta.select_metric} in every epoch ({scores[:5]}); the loss diverged or the data are "
-                         "degenerate: lower lr or check the dataset")
-    model.load_state_dict(module.best_state)  # Lightning hands the model back on the CPU
+            # Same rule as the checkpoint: strictly better is an improvement; NaN never is.
+            callbacks.append(EarlyStopping("val_select", mode="max", patience=config.patience, min_delta=0.0,
+                                           check_finite=False))
+        trainer = L.Trainer(max_epochs=config.epochs, logger=False, callbacks=callbacks, default_root_dir=folder,
+                            enable_model_summary=False, enable_progress_bar=progress, num_sanity_val_steps=0,
+                            deterministic="warn" if on_gpu else True, precision=trainer_precision(model, device),
+                            **trainer_device(device))
+        trainer.fit(module, *loaders)
+        best_score = checkpoint.best_model_score
+        if not checkpoint.best_model_path or best_score is None or not math.isfinite(float(best_score)):
+            scores = [entry[f"val_{meta.select_metric}"] for entry in module.history]
+            raise ValueError(f"training {config.model} on {meta.name} (seed {seed}) gave a non-finite validation "
+                             f"{meta.select_metric} in every epoch ({scores[:5]}); the loss diverged or the data are "
+                             "degenerate: lower lr or check the dataset")
+        best_epoch = load_best(module, checkpoint)  # Lightning hands the model back on the CPU
+    best = next(entry for entry in module.history if entry["epoch"] == best_epoch)
     test_metric = score_split(model.to(device), splits["test"], meta.metric)
     model.cpu()
     if not math.isfinite(test_metric):
         raise ValueError(f"test {meta.metric} of {config.model} on {meta.name} (seed {seed}) is {test_metric}; "
                          "the model's logits are not finite")
-    result = TrainResult(best_epoch=module.best_epoch, val_metric=module.best_score, test_metric=test_metric,
-                         metric=meta.metric, seconds=time.perf_counter() - start, history=module.history,
+    result = TrainResult(best_epoch=best_epoch, val_metric=best[f"val_{meta.select_metric}"],
+                         test_metric=test_metric, metric=meta.metric, seconds=time.perf_counter() - start, history=module.history,
                          embedding_coverage=coverage, embeddings_digest=digest)
     return model, result
 
@@ -215,7 +246,7 @@ def save_model(folder: Path, model: torch.nn.Module, config: TrainConfig, meta: 
     """
     from safetensors.torch import save_file
 
-    saved = {"train": asdict(config), "meta": meta.__dict__, "vocab_size": vocab_size}
+    saved = {"train": config.params(), "meta": meta.__dict__, "vocab_size": vocab_size}
     if hasattr(model, "config_dict"):
         saved["hf_config"] = model.config_dict()
     with atomic_dir(folder) as tmp:

@@ -286,6 +286,13 @@ CASES = [
          "importance.target = 'silver' must be one of gold, predicted"),
     case("train-patience", VALIDATE, params(setitem("train", "bilstm-attention", "babi-1", "patience", 0)),
          "train.bilstm-attention.babi-1.patience = 0 must be null or an integer >= 1"),
+    case("train-mask-augment-range", VALIDATE,
+         params(setitem("train", "bilstm-attention", "babi-1", "mask_augment", {"p_max": 1.5})),
+         "train.bilstm-attention.babi-1.mask_augment = {p_max: 1.5} must be null or a mapping {p_max: number in "
+         "(0, 1], share: number in (0, 1] (optional, default 1)}; p_max = 1.5 is not"),
+    case("train-mask-augment-scalar", VALIDATE,
+         params(setitem("train", "bilstm-attention", "babi-1", "mask_augment", 0.9)),
+         "train.bilstm-attention.babi-1.mask_augment = 0.9 must be null or a mapping {p_max: number in (0, 1]"),
     case("ig-samples", VALIDATE, params(setitem("importance", "integrated-gradient", "samples", 0)),
          "importance.integrated-gradient.samples = 0 must be an integer >= 1"),
     case("ig-max-rows", VALIDATE, params(setitem("importance", "integrated-gradient", "max_rows", 0)),

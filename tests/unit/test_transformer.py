@@ -28,7 +28,7 @@ from roar.importance.input_x_gradient import InputXGradientImportance  # noqa: E
 from roar.importance.integrated_gradient import IntegratedGradientImportance  # noqa: E402
 from roar.models.batching import Batch, make_batch  # noqa: E402
 from roar.data.checkpoint_tokenizer import encode_checkpoint, split_encoding  # noqa: E402
-from roar.models.transformer import TransformerClassifier, linear_warmup_decay, pack_sequences  # noqa: E402
+from roar.models.transformer import TransformerClassifier, pack_sequences  # noqa: E402
 from roar.training import TrainConfig, TrainResult, build_model, load_model, save_model, trainer_precision  # noqa: E402
 
 MINILM = str(gt_minilm.get_model_path())
@@ -300,7 +300,14 @@ def test_optimizer_groups_and_linear_schedule():
     expected = {0: 0.0, 3: 1e-5, 6: 2e-5, 53: 1e-5, 99: 2e-5 / 94, 100: 0.0}
     for step, lr in expected.items():
         assert math.isclose(lrs[step], lr, rel_tol=1e-9, abs_tol=1e-15), (step, lrs[step], lr)
-    assert linear_warmup_decay(0, 0, 10) == 1.0
+    # every step: transformers' schedule gives the values of the former hand-written factor
+    # (step / warmup while warming up, then (total - step) / (total - warmup), never below 0)
+    for step, lr in enumerate(lrs):
+        factor = step / 6 if step < 6 else max(0.0, (100 - step) / 94)
+        assert math.isclose(lr, 2e-5 * factor, rel_tol=1e-12, abs_tol=1e-18), (step, lr)
+    no_warmup = TrainConfig(model="roberta", lr=2e-5, warmup_ratio=0.0)
+    optimizer, scheduler = model.make_optimizer(no_warmup, total_steps=10)
+    assert scheduler.get_last_lr()[0] == 2e-5  # no warm-up: full LR at step 0
     with pytest.raises(ValueError, match="finite number of steps"):
         model.make_optimizer(config, float("inf"))
 

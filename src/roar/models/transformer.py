@@ -175,8 +175,9 @@ class TransformerClassifier(nn.Module):
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.98))
         total = int(total_steps)
         warmup = math.ceil(round(config.warmup_ratio * total, 9))  # round: 0.07 * 100 is 7.000000000000001
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: linear_warmup_decay(step, warmup, total))
-        return optimizer, scheduler
+        from transformers import get_linear_schedule_with_warmup
+
+        return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total)
 
 
 def build(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
@@ -206,11 +207,3 @@ def build(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
 def is_layer_norm(module: nn.Module) -> bool:
     """LayerNorm modules, including architectures' own classes (``*LayerNorm``, ``*RMSNorm``)."""
     return isinstance(module, nn.LayerNorm) or type(module).__name__.lower().endswith("norm")
-
-
-def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
-    """LR factor: ``step / warmup`` while warming up, then linear from 1 at ``warmup`` to 0 at ``total``."""
-    if step < warmup:
-        return step / warmup
-    return max(0.0, (total - step) / max(1, total - warmup))
-
