@@ -191,6 +191,9 @@ class Tracker:
                           source=json.dumps({"uri": str(path)}))
         self.client.log_inputs(run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", context)])])
 
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
     def end(self, run_id: str, failed: bool = False) -> None:
         self.client.set_terminated(run_id, "FAILED" if failed else "FINISHED")
 
@@ -243,8 +246,9 @@ def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str
 
     study = study_from_params(params)
     tracker = Tracker(study.name, root)
-    study_params = {k: params[k] for k in ("study", "prepare", "train", "importance") if k in params}
-    parent = tracker.study_run(study.name, fingerprint(study_params), {"study": study.name})
+    from roar.run_tracker import study_fingerprint
+
+    parent = tracker.study_run(study.name, study_fingerprint(params), {"study": study.name})
     with tracker.run("report", "report", parent, {"roar.study": study.name}) as run_id:
         metrics, intervals = {}, {}
         for _, row in racu.iterrows():
