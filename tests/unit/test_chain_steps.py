@@ -49,7 +49,8 @@ def chain(tmp_path_factory):
     params = tiny_params()
     tracker = NullTracker()
     runner = ChainRunner(params, tracker, None, root, progress=False)
-    prepare("babi-1", runner.layout.prepared("babi-1", "bilstm-attention"), PrepareConfig(**params["prepare"]["babi-1"]))
+    prepare("babi-1", runner.layout.prepared("babi-1", "bilstm-attention"),
+            PrepareConfig(**params["prepare"]["babi-1"]))
     reference = runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
     records = runner.run_chain(SPEC)
     yield root, runner, tracker, reference, records
