@@ -243,11 +243,10 @@ def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str
     import pandas as pd
 
     from roar.params import study_from_params
+    from roar.run_tracker import study_fingerprint
 
     study = study_from_params(params)
     tracker = Tracker(study.name, root)
-    from roar.run_tracker import study_fingerprint
-
     parent = tracker.study_run(study.name, study_fingerprint(params), {"study": study.name})
     with tracker.run("report", "report", parent, {"roar.study": study.name}) as run_id:
         metrics, intervals = {}, {}
