@@ -17,6 +17,7 @@ import yaml
 from roar.fileio import file_digest
 from roar.params import study_from_params
 from roar.paths import Layout, mode_name
+from roar.step_record import StepRecord
 
 
 class AuditError(RuntimeError):
@@ -90,7 +91,7 @@ def audit_point(root: Path, params: dict, dataset: str, model: str, measure: str
     if not lock_path.is_file():
         raise AuditError("dvc.lock not found; run `dvc repro` first")
     lock = yaml.safe_load(lock_path.read_text())
-    chain_stage = f"{'recursive' if recursive else 'roar'}@{dataset}-{model}-{measure}-{seed}"
+    chain_stage = f"{mode_name(recursive)}@{dataset}-{model}-{measure}-{seed}"
     ks = [0] + ([s for s in study.steps if s <= k] if recursive else [s for s in study.steps if s == k])
     if study.end_k and k == study.end_k:
         ks = [0, k]
@@ -111,15 +112,15 @@ def audit_point(root: Path, params: dict, dataset: str, model: str, measure: str
         if not record_path.is_file():
             raise AuditError(f"no result for {dataset}/{model}/{measure}/{mode_name(recursive)}/s{seed} k={step} "
                              f"({record_path}); run `dvc repro {stage}` or `dvc pull {stage}`")
-        record = json.loads(record_path.read_text())
+        record = StepRecord.read(record_path)
         ev = Evidence(k=step, stage=stage, data_path=str(data.relative_to(root)),
                       model_path=str(model_dir.relative_to(root)),
                       data_files=_locked_files(root, lock, data_stage, data),
                       model_files=_locked_files(root, lock, stage, model_dir),
-                      data_sha256=record["data_hash"], model_sha256=record["model_hash"],
+                      data_sha256=record.data_hash or "", model_sha256=record.model_hash or "",
                       params=lock["stages"][stage].get("params", {}).get("params.yaml", {}),
-                      runs={key: record[key] for key in sorted(record) if key.endswith("run_id")},
-                      git_commit=record.get("git_commit", ""), metric=record["metric"], value=record["value"])
+                      runs=record.run_ids(), git_commit=record.git_commit or "", metric=record.metric,
+                      value=record.value)
         _verify(root, ev.data_files)
         _verify(root, ev.model_files)
         evidence.append(ev)

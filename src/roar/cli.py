@@ -142,8 +142,8 @@ def train_reference(dataset: str, model: str, seed: int, which: str = typer.Opti
 
     from roar.runner import Runner
 
-    record = Runner(loaded, progress=progress).run_reference(dataset, model, seed, which)
-    typer.echo(f"{dataset} {model} seed={seed} {which}: test {record['metric']}={record['value']:.4f}")
+    record = Runner.for_stage(loaded, progress=progress).run_reference(dataset, model, seed, which)
+    typer.echo(f"{dataset} {model} seed={seed} {which}: test {record.metric}={record.value:.4f}")
 
 
 @command()
@@ -183,9 +183,10 @@ def chain(dataset: str, model: str, measure: str, seed: int,
 
     from roar.chain import ChainRunner, ChainSpec
 
-    records = ChainRunner(loaded, progress=progress).run_chain(ChainSpec(dataset, model, measure, seed, recursive))
+    records = ChainRunner.for_stage(loaded, progress=progress).run_chain(ChainSpec(dataset, model, measure, seed,
+                                                                                  recursive))
     for r in records:
-        typer.echo(f"k={r['k']:>3} {r['metric']}={r['value']:.4f}")
+        typer.echo(f"k={r.k:>3} {r.metric}={r.value:.4f}")
 
 
 @command()

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from roar.paths import mode_title
+
 MEASURE_STYLE = {  # random is drawn distinct: black, dashed
     "random": {"color": "black", "linestyle": "--"},
     "attention": {"color": "tab:blue"},
@@ -51,7 +53,7 @@ def curve_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
                 ax.fill_between(line["k"], line["low"], line["high"], alpha=0.2, color=style.get("color"))
             strategy = panel["strategy"].iloc[0]
             ax.set_xlabel("masked tokens (%)" if strategy == "quantile" else "masked tokens")
-            ax.set_title(f"{dataset}, {model}: {'Recursive ROAR' if recursive else 'ROAR'}")
+            ax.set_title(f"{dataset}, {model}: {mode_title(recursive)}")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(frame["metric"].iloc[0])
         written += legend_and_save(fig, axes[0][-1], out, f"curves-{dataset}-{model}")
@@ -101,7 +103,7 @@ def racu_figure(racu: pd.DataFrame, out: Path) -> list[Path]:
                color=MEASURE_STYLE.get(measure, {}).get("color"))
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([f"{d}\n{m}\n{'recursive' if r else 'ROAR'}" for (d, m, r), _ in groups], fontsize=8)
+    ax.set_xticklabels([f"{d}\n{m}\n{mode_title(r)}" for (d, m, r), _ in groups], fontsize=8)
     ax.set_ylabel("RACU (%)")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)

@@ -70,3 +70,8 @@ def content_hash(path: Path) -> str:
                 digest.update(block)
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def fingerprint(obj: object) -> str:
+    """Short stable hash of a JSON-able object (params of a study or a step)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -152,16 +152,12 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print) -> dict[str, 
 def _open_study_run(root: Path):
     """The tracker and the (re)opened, RUNNING study run of ``root``'s params and commit."""
     from roar.params import load_params, study_from_params
-    from roar.tracking import Tracker, fingerprint
+    from roar.run_tracker import open_study_run
+    from roar.tracking import Tracker
 
     params = load_params(root / "params.yaml")
-    study = study_from_params(params)
-    tracker = Tracker(study.name, root)
-    study_params = {k: params[k] for k in ("study", "prepare", "train", "importance") if k in params}
-    study_run = tracker.study_run(study.name, fingerprint(study_params),
-                                  {"study": study.name, "seeds": study.seeds, "measures": study.measures,
-                                   "steps": study.steps}, owned=True)
-    return params, tracker, study_run
+    tracker = Tracker(study_from_params(params).name, root)
+    return params, tracker, open_study_run(tracker, params, owned=True)
 
 
 def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from roar.params import Study
+from roar.paths import mode_name, mode_title
+from roar.step_record import StepRecord
 
 CHAIN_KEYS = ["dataset", "model", "measure", "recursive", "strategy"]
 DIAGNOSTICS = ["mask_probe", "majority", "label_word_absent", "other_labels_visible", "predicted_is_gold_test"]
@@ -22,18 +24,18 @@ RISE = 0.05
 ANSWER_IN_TEXT = 0.01
 
 
-def collect_leakage(records: list[dict], study: Study, points: pd.DataFrame) -> pd.DataFrame:
+def collect_leakage(records: list[StepRecord], study: Study, points: pd.DataFrame) -> pd.DataFrame:
     """One row per curve point and seed of ``points`` with the diagnostics of its dataset (shared k = 0 and
     all-masked points take the reference records' values)."""
     by_point: dict[tuple, dict] = {}
     for r in records:
-        if "leakage" not in r:
+        if r.leakage is None:
             continue
-        values = {**r["leakage"], "predicted_is_gold_test": r.get("predicted_is_gold_test", math.nan)}
-        if r["measure"] == "shared":
-            by_point[("shared", r["dataset"], r["model"], r["seed"], r["k"])] = values
+        values = {**r.leakage, "predicted_is_gold_test": r.explained.get("test", math.nan)}
+        if r.is_shared:
+            by_point[("shared", r.dataset, r.model, r.seed, r.k)] = values
         else:
-            by_point[(r["measure"], r["recursive"], r["dataset"], r["model"], r["seed"], r["k"])] = values
+            by_point[(r.measure, r.recursive, r.dataset, r.model, r.seed, r.k)] = values
     rows = []
     for p in points.itertuples(index=False):
         values = by_point.get((p.measure, p.recursive, p.dataset, p.model, p.seed, p.k),
@@ -98,7 +100,7 @@ def leakage_markdown(summary: pd.DataFrame, target: str) -> str:
         for (dataset, model, measure, recursive, _), points in flagged.groupby(CHAIN_KEYS, sort=True):
             top = points.loc[points["metric_rise"].idxmax()]
             ks = ", ".join(str(k) for k in points["k"])
-            lines.append(f"* {dataset}/{model}/{measure}/{'recursive' if recursive else 'roar'}: up to "
+            lines.append(f"* {dataset}/{model}/{measure}/{mode_name(recursive)}: up to "
                          f"+{top['metric_rise']:.3f} above its lowest point (to {top['metric_mean']:.3f} at k = "
                          f"{top['k']}), flagged at k = {ks}; mask probe up to {points['mask_probe'].max():.3f} vs "
                          f"majority {points['majority'].max():.3f}")
@@ -107,7 +109,7 @@ def leakage_markdown(summary: pd.DataFrame, target: str) -> str:
         for recursive, panel in frame.groupby("recursive", sort=False):
             ks = sorted(panel["k"].unique())
             lines += [f"#### Mask probe accuracy (%), {dataset}/{model}, "
-                      f"{'Recursive ROAR' if recursive else 'ROAR'} (majority "
+                      f"{mode_title(recursive)} (majority "
                       f"{_pct(panel['majority'].mean())} %)", "",
                       "| measure | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
             for measure, rows in panel.groupby("measure", sort=True):
@@ -157,7 +159,7 @@ def leakage_figures(summary: pd.DataFrame, out: Path) -> list[Path]:
             axes[1][column].plot(panel.sort_values("k")["k"].unique(),
                                  [panel["majority"].mean()] * len(panel["k"].unique()), color="grey", linestyle=":",
                                  label="majority class")
-            axes[0][column].set_title(f"{dataset}, {model}: {'Recursive ROAR' if recursive else 'ROAR'}")
+            axes[0][column].set_title(f"{dataset}, {model}: {mode_title(recursive)}")
             axes[1][column].set_xlabel("masked tokens (%)" if panel["strategy"].iloc[0] == "quantile"
                                        else "masked tokens")
             for ax in axes[:, column]:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from roar.params import Study
+from roar.paths import mode_title
+from roar.step_record import StepRecord
 from roar.report import (CHAIN_KEYS, RACU_SEED_COLUMNS, RETRAINED, racu_per_seed, summarise_curves,
                          summarise_racu)
 
@@ -30,16 +32,12 @@ COMPUTE_COLUMNS = [*CHAIN_KEYS, "curve", "seconds", "scoring_seconds", "needs_re
 AGREE = 0.999  # tau at or above this: the same ranking (tau-b is 1 for identical strict rankings)
 
 
-def mode(recursive: bool) -> str:
-    return "Recursive ROAR" if recursive else "ROAR"
-
-
 def curve_name(recursive: bool, curve: str) -> str:
     """``Recursive ROAR retrained``, ``ROAR k0-model`` (the deletion curve), ..."""
-    return f"{mode(recursive)} {curve}" + (" (deletion curve)" if curve == "k0-model" and not recursive else "")
+    return f"{mode_title(recursive)} {curve}" + (" (deletion curve)" if curve == "k0-model" and not recursive else "")
 
 
-def no_retrain_tables(records: list[dict], points: pd.DataFrame, study: Study,
+def no_retrain_tables(records: list[StepRecord], points: pd.DataFrame, study: Study,
                       per_seed: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The section's tables from the points (with ``curve``) and the retrained curve's per-seed RACU.
 
@@ -107,7 +105,7 @@ def rank_agreement(per_seed: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TAU_COLUMNS)
 
 
-def compute_by_curve(records: list[dict], study: Study) -> pd.DataFrame:
+def compute_by_curve(records: list[StepRecord], study: Study) -> pd.DataFrame:
     """Seconds each curve of each chain needs, summed over the study's seeds and steps (step records).
 
     Retrained: training + importance. Plain ROAR's k0-model curve (deletion): its importance (one pass by
@@ -119,19 +117,19 @@ def compute_by_curve(records: list[dict], study: Study) -> pd.DataFrame:
     sums: dict[tuple, dict] = {}
     wanted = set(study.chain_modes)
     for r in records:
-        if (r["measure"] == "shared" or (r["measure"], r["recursive"]) not in wanted or r["seed"] not in study.seeds
-                or r["k"] not in study.steps or r["dataset"] not in study.datasets or r["model"] not in study.models
-                or r["strategy"] != study.strategy):
+        if (r.is_shared or (r.measure, r.recursive) not in wanted or r.seed not in study.seeds
+                or r.k not in study.steps or r.dataset not in study.datasets or r.model not in study.models
+                or r.strategy != study.strategy):
             continue
-        key = tuple(r[c] for c in CHAIN_KEYS)
+        key = tuple(getattr(r, c) for c in CHAIN_KEYS)
         entry = sums.setdefault(key, {"train": 0.0, "importance": 0.0, **{c: 0.0 for c in NO_RETRAIN_CURVES},
                                       "scored": set()})
-        entry["train"] += float(r.get("train_seconds", 0.0))
-        entry["importance"] += float(r.get("importance_seconds", 0.0))
-        for scores in (r.get("no_retrain") or {}, r.get("no_retrain_end") or {}):
+        entry["train"] += float(r.train_seconds or 0.0)
+        entry["importance"] += float(r.importance_seconds or 0.0)
+        for scores in (r.no_retrain or {}, r.no_retrain_end or {}):
             for curve in NO_RETRAIN_CURVES:
                 if curve in scores:
-                    entry[curve] += float(scores[curve]["seconds"])
+                    entry[curve] += scores[curve].seconds
                     entry["scored"].add(curve)
     rows = []
     for key, entry in sorted(sums.items()):
@@ -268,7 +266,7 @@ def no_retrain_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
             for curve, line in sorted(panel.groupby("curve"), key=lambda item: item[0] != RETRAINED):
                 line = line.sort_values("k")
                 ax.plot(line["k"], line["mean"], marker="o", markersize=2, label=curve, **CURVE_STYLE.get(curve, {}))
-            ax.set_title(f"{measure} ({'recursive' if recursive else 'ROAR'})", fontsize=9)
+            ax.set_title(f"{measure} ({mode_title(recursive)})", fontsize=9)
             ax.set_xlabel("masked tokens (%)" if panel["strategy"].iloc[0] == "quantile" else "masked tokens",
                           fontsize=8)
             ax.grid(alpha=0.3)

@@ -72,3 +72,13 @@ def section(params: dict, *keys: str) -> dict:
             raise KeyError(f"params.yaml: missing key {'.'.join(keys[: i + 1])}; add it to params.yaml")
         node = node[key]
     return node or {}
+
+
+STUDY_SECTIONS = ("study", "prepare", "train", "importance")  # the params that make a study's numbers
+
+
+def study_fingerprint(params: dict) -> str:
+    """The key of a study's run: a hash of the params sections that make its numbers."""
+    from roar.fileio import fingerprint
+
+    return fingerprint({name: params[name] for name in STUDY_SECTIONS if name in params})

@@ -7,7 +7,13 @@ from pathlib import Path
 
 
 def mode_name(recursive: bool) -> str:
+    """``recursive`` or ``roar``: a chain's mode in paths, stage names and tables."""
     return "recursive" if recursive else "roar"
+
+
+def mode_title(recursive: bool) -> str:
+    """``Recursive ROAR`` or ``ROAR``: a chain's mode in headings and figures."""
+    return "Recursive ROAR" if recursive else "ROAR"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from pathlib import Path
 from roar.errors import RoarError
 from roar.launch import WAVES as LAUNCH_WAVES
 from roar.params import section, study_from_params
+from roar.paths import mode_name
 from roar.registry import model_family
 
 SPLITS = ("train", "val", "test")
@@ -189,7 +190,7 @@ def plan_stages(params: dict, sizes: dict, epochs: dict) -> list[Stage]:
             for which in ("train_k0", "train_all_masked"):
                 stages += [Stage(which, f"{which}@{d}-{m}-{s}", d, m, 1, 0, per_training) for s in study.seeds]
             for measure, recursive in study.chain_modes:
-                kind = "recursive" if recursive else "roar"
+                kind = mode_name(recursive)
                 passes = (steps if recursive else 1) if supported(measure, m) else 0
                 trainings = steps if supported(measure, m) else 0
                 units = passes * per_pass * evals_per_row(measure, params)

@@ -15,7 +15,9 @@ import pandas as pd
 
 from roar.fileio import write_text_atomic
 from roar.params import Study, study_from_params
+from roar.paths import mode_name, mode_title
 from roar.racu import BOOTSTRAP_RESAMPLES, MIN_BOOTSTRAP_VALUES, mean_interval, racu_seed
+from roar.step_record import StepRecord, read_records
 
 POINT_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "seed", "k", "metric", "value"]
 RETRAINED = "retrained"  # the (Recursive) ROAR curve; the no-retrain curves are named in the step records
@@ -30,45 +32,38 @@ FEW_SEEDS = 5  # results over fewer seeds carry the flag below
 FLAG = "†"
 
 
-def read_records(results: Path) -> list[dict]:
-    """Every per-point result JSON under ``results`` (sorted by path, so order is stable)."""
-    if not results.is_dir():
-        raise FileNotFoundError(f"results folder {results} not found; run the pipeline first (dvc repro)")
-    return [json.loads(p.read_text()) for p in sorted(results.rglob("*.json"))]
+def _point(r: StepRecord) -> dict:
+    return {c: getattr(r, c) for c in POINT_COLUMNS}
 
 
-def _no_retrain_rows(r: dict, study: Study) -> list[dict]:
+def _no_retrain_rows(r: StepRecord, study: Study) -> list[dict]:
     """The no-retrain points of a step record: its k, and k = end_k from the last step's record."""
-    rows = [{**{c: r[c] for c in POINT_COLUMNS}, "value": e["value"], "curve": curve}
-            for curve, e in (r.get("no_retrain") or {}).items()]
-    end = r.get("no_retrain_end") or {}
-    if r["k"] == study.steps[-1] and study.end_k is not None and end.get("k") == study.end_k:
-        rows += [{**{c: r[c] for c in POINT_COLUMNS}, "k": study.end_k, "value": e["value"], "curve": curve}
-                 for curve, e in end.items() if curve != "k"]
+    rows = [{**_point(r), "value": score.value, "curve": curve} for curve, score in (r.no_retrain or {}).items()]
+    if r.k == study.steps[-1] and study.end_k is not None:
+        rows += [{**_point(r), "k": study.end_k, "value": score.value, "curve": curve}
+                 for curve, score in r.end_scores(study.end_k).items()]
     return rows
 
 
-def collect_points(records: list[dict], study: Study) -> pd.DataFrame:
+def collect_points(records: list[StepRecord], study: Study) -> pd.DataFrame:
     """One row per curve point and seed (``curve``: ``retrained`` or a no-retrain curve); shared points join
     every chain: k = 0 (the k = 0 model on unmasked data) every curve, all-masked the retrained one."""
-    shared = [r for r in records if r["measure"] == "shared"]
-    chains = [r for r in records if r["measure"] != "shared"]
+    shared = [r for r in records if r.is_shared]
+    chains = [r for r in records if not r.is_shared]
     rows = []
     wanted = set(study.chain_modes)
     for r in chains:
-        if (r["dataset"] in study.datasets and r["model"] in study.models and r["seed"] in study.seeds
-                and (r["measure"], r["recursive"]) in wanted and r["k"] in study.steps
-                and r["strategy"] == study.strategy):
-            rows.append({**{c: r[c] for c in POINT_COLUMNS}, "curve": RETRAINED})
+        if (r.dataset in study.datasets and r.model in study.models and r.seed in study.seeds
+                and (r.measure, r.recursive) in wanted and r.k in study.steps and r.strategy == study.strategy):
+            rows.append({**_point(r), "curve": RETRAINED})
             rows += _no_retrain_rows(r, study)
     chain_curves = {tuple(row[c] for c in CHAIN_KEYS) + (row["seed"], row["curve"]) for row in rows}
     for r in shared:
-        if r["k"] not in (0, study.end_k) or r["strategy"] != study.strategy:
+        if r.k not in (0, study.end_k) or r.strategy != study.strategy:
             continue
         for dataset, model, measure, recursive, strategy, seed, curve in chain_curves:
-            if (dataset, model, seed) == (r["dataset"], r["model"], r["seed"]) and (r["k"] == 0 or curve == RETRAINED):
-                rows.append({**{c: r[c] for c in POINT_COLUMNS}, "measure": measure, "recursive": recursive,
-                             "curve": curve})
+            if (dataset, model, seed) == (r.dataset, r.model, r.seed) and (r.k == 0 or curve == RETRAINED):
+                rows.append({**_point(r), "measure": measure, "recursive": recursive, "curve": curve})
     points = pd.DataFrame(rows, columns=POINT_COLUMNS + ["curve"])
     points["recursive"] = points["recursive"].astype(bool)
     return points.sort_values(["dataset", "model", "measure", "recursive", "strategy", "curve", "seed", "k"],
@@ -189,24 +184,24 @@ COMPUTE_COLUMNS = ["dataset", "model", "measure", "recursive", "steps", "train_s
                    "total_seconds"]
 
 
-def compute_table(records: list[dict], study: Study) -> pd.DataFrame:
+def compute_table(records: list[StepRecord], study: Study) -> pd.DataFrame:
     """Where the compute went: per chain (and the shared k = 0 / all-masked models) the seconds spent
     training and computing importance, summed over the study's seeds and steps, as the step records
     measured them (a reused step counts the time of the run that made it)."""
     rows: dict[tuple, dict] = {}
     wanted = set(study.chain_modes) | {("shared", None)}
     for r in records:
-        if (r["dataset"] not in study.datasets or r["model"] not in study.models or r["seed"] not in study.seeds
-                or (r["measure"], r["recursive"]) not in wanted or "train_seconds" not in r):
+        if (r.dataset not in study.datasets or r.model not in study.models or r.seed not in study.seeds
+                or (r.measure, r.recursive) not in wanted or r.train_seconds is None):
             continue
-        if r["measure"] != "shared" and r["k"] not in study.steps:
+        if not r.is_shared and r.k not in study.steps:
             continue
-        key = (r["dataset"], r["model"], r["measure"], r["recursive"])
+        key = (r.dataset, r.model, r.measure, r.recursive)
         row = rows.setdefault(key, dict(zip(COMPUTE_COLUMNS[:4], key)) | {"steps": 0, "train_seconds": 0.0,
                                                                           "importance_seconds": 0.0})
         row["steps"] += 1
-        row["train_seconds"] += float(r["train_seconds"])
-        row["importance_seconds"] += float(r.get("importance_seconds", 0.0))
+        row["train_seconds"] += float(r.train_seconds)
+        row["importance_seconds"] += float(r.importance_seconds or 0.0)
     frame = pd.DataFrame(list(rows.values()), columns=COMPUTE_COLUMNS[:-1])
     frame["total_seconds"] = frame["train_seconds"] + frame["importance_seconds"]
     frame["recursive"] = frame["recursive"].astype(object)
@@ -219,7 +214,7 @@ def compute_markdown(compute: pd.DataFrame) -> str:
         return "No step records with timings.\n"
     lines = ["| dataset | model | chain | steps | training (h) | importance (h) | total (h) |", "|---|---|---|---|---|---|---|"]
     for r in compute.itertuples(index=False):
-        chain = "k = 0 and all-masked models" if r.measure == "shared" else f"{r.measure} ({_mode(bool(r.recursive))})"
+        chain = "k = 0 and all-masked models" if r.measure == "shared" else f"{r.measure} ({mode_name(bool(r.recursive))})"
         lines.append(f"| {r.dataset} | {r.model} | {chain} | {r.steps} | {r.train_seconds / 3600:.2f} | "
                      f"{r.importance_seconds / 3600:.2f} | {r.total_seconds / 3600:.2f} |")
     total = compute[["train_seconds", "importance_seconds", "total_seconds"]].sum() / 3600
@@ -235,13 +230,9 @@ def excluded_frame(excluded: list[dict]) -> pd.DataFrame:
     return frame
 
 
-def _mode(recursive: bool) -> str:
-    return "recursive" if recursive else "roar"
-
-
 def excluded_line(record: dict) -> str:
     """``babi-1/bilstm-attention/gradient/recursive seed 2: random curve encloses no area (RACU undefined)``."""
-    name = f"{record['dataset']}/{record['model']}/{record['measure']}/{_mode(record['recursive'])}"
+    name = f"{record['dataset']}/{record['model']}/{record['measure']}/{mode_name(record['recursive'])}"
     seed = "" if record["seed"] is None else f" seed {record['seed']}"
     return f"{name}{seed}: {record['reason']}"
 
@@ -313,7 +304,7 @@ def racu_markdown(racu: pd.DataFrame) -> str:
     models = sorted(racu["model"].unique())
     parts = []
     for recursive, frame in racu.groupby("recursive", sort=False):
-        parts.append(f"### RACU (%), {'Recursive ROAR' if recursive else 'ROAR'}\n")
+        parts.append(f"### RACU (%), {mode_title(recursive)}\n")
         parts.append("| dataset | measure | " + " | ".join(models) + " |")
         parts.append("|---|---|" + "---|" * len(models))
         for (dataset, measure), rows in frame.groupby(["dataset", "measure"], sort=True):
@@ -344,7 +335,7 @@ def _seed_rows(per_seed: pd.DataFrame, study: Study):
     for dataset, model, measure, recursive in sorted(racu_chains(study), key=lambda c: (c[0], c[1], not c[3], c[2])):
         chain = per_seed[(per_seed["dataset"] == dataset) & (per_seed["model"] == model)
                          & (per_seed["measure"] == measure) & (per_seed["recursive"] == recursive)]
-        yield dataset, model, _mode(recursive), measure, [_seed_cell(chain[chain["seed"] == s]) for s in study.seeds]
+        yield dataset, model, mode_name(recursive), measure, [_seed_cell(chain[chain["seed"] == s]) for s in study.seeds]
 
 
 SEED_TABLE_NOTE = ("Clipped RACU (%) of each seed, the unclipped value in parentheses where it lies outside "
@@ -383,7 +374,7 @@ def racu_tex(racu: pd.DataFrame, per_seed: pd.DataFrame | None = None, study: St
     models = sorted(racu["model"].unique())
     parts = []
     for recursive, frame in racu.groupby("recursive", sort=False):
-        parts += [f"% RACU (%), {'Recursive ROAR' if recursive else 'ROAR'}",
+        parts += [f"% RACU (%), {mode_title(recursive)}",
                   "\\begin{tabular}{ll" + "r" * len(models) + "}", "\\toprule",
                   "Dataset & Measure & " + " & ".join(models) + " \\\\", "\\midrule"]
         for (dataset, measure), rows in frame.groupby(["dataset", "measure"], sort=True):
@@ -425,7 +416,7 @@ def racu_metrics(racu: pd.DataFrame) -> dict:
     """Nested ``{dataset: {model: {mode: {measure: {mean, low, high}}}}}`` for ``dvc metrics`` (null: no interval)."""
     tree: dict = {}
     for _, r in racu.iterrows():
-        leaf = tree.setdefault(r["dataset"], {}).setdefault(r["model"], {}).setdefault(_mode(r["recursive"]), {})
+        leaf = tree.setdefault(r["dataset"], {}).setdefault(r["model"], {}).setdefault(mode_name(r["recursive"]), {})
         leaf[r["measure"]] = {"racu_mean": _number(r["racu_mean"]), "racu_low": _number(r["racu_low"]),
                               "racu_high": _number(r["racu_high"]), "n_seeds": int(r["n_seeds"])}
     return tree
@@ -434,7 +425,7 @@ def racu_metrics(racu: pd.DataFrame) -> dict:
 def write_plot_data(curves: pd.DataFrame, out: Path) -> None:
     """``plots/<dataset>_<model>_<mode>/<measure>.csv`` (k, mean, low, high): a line per measure in ``dvc plots``."""
     for (dataset, model, recursive, measure), frame in curves.groupby(["dataset", "model", "recursive", "measure"]):
-        path = out / "plots" / f"{dataset}_{model}_{_mode(recursive)}" / f"{measure}.csv"
+        path = out / "plots" / f"{dataset}_{model}_{mode_name(recursive)}" / f"{measure}.csv"
         write_text_atomic(path, _csv(frame[["k", "mean", "low", "high"]].sort_values("k")))
 
 

@@ -1,6 +1,7 @@
 """A stage process's shared setup, and the reference models every chain of a seed shares.
 
-:class:`Runner` holds the params, the output layout and the MLflow tracker of one stage process;
+:class:`Runner` holds the params, the output layout and the tracker of one stage process
+(:meth:`Runner.for_stage` sets a stage process up: device, torch threads, MLflow and its study run);
 :meth:`Runner.run_reference` trains the k = 0 model (unmasked data) or the k = 100 model (all
 masked). The chains build on it in :mod:`roar.chain`.
 """
@@ -8,15 +9,17 @@ masked). The chains build on it in :mod:`roar.chain`.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from roar.data.storage import DatasetMeta, Split, read_dataset, read_vocab
-from roar.fileio import content_hash, write_json_atomic
+from roar.fileio import content_hash
 from roar.leakage import leakage
 from roar.models.device import resolve_device
 from roar.params import Study, section, study_from_params
 from roar.paths import Layout
-from roar.tracking import Tracker, fingerprint
+from roar.run_tracker import RunTracker, open_study_run
+from roar.step_record import StepRecord, TrainedPoint
 
 
 def chain_tags(dataset: str, model: str, measure: str, seed: int, strategy: str,
@@ -26,24 +29,33 @@ def chain_tags(dataset: str, model: str, measure: str, seed: int, strategy: str,
 
 
 class Runner:
-    """Everything a stage process needs: params, layout, tracker, and the prepared data."""
+    """Everything a stage needs: params, layout, device, a tracker and the study run to put runs under."""
 
-    def __init__(self, params: dict, root: Path = Path("."), progress: bool = True):
+    def __init__(self, params: dict, tracker: RunTracker, study_run: str | None, root: Path = Path("."),
+                 progress: bool = True, device=None):
         self.params = params
         self.study: Study = study_from_params(params)
         self.layout = Layout(root)
         self.progress = progress
+        self.tracker = tracker
+        self.study_run = study_run
+        # a GPU asked for and missing stops here
+        self.device = device if device is not None else resolve_device((params.get("runtime") or {}).get("device"))
+
+    @classmethod
+    def for_stage(cls, params: dict, root: Path = Path("."), progress: bool = True):
+        """The runner of a stage process: the device checked first, ``runtime.threads`` torch threads,
+        the MLflow tracker and the study run (found or created) that its runs go under."""
+        from roar.tracking import Tracker
+
         runtime = params.get("runtime") or {}
-        self.device = resolve_device(runtime.get("device"))  # a GPU asked for and missing stops here
+        device = resolve_device(runtime.get("device"))
         if runtime.get("threads"):
             import torch
 
             torch.set_num_threads(int(runtime["threads"]))
-        self.tracker = Tracker(self.study.name, root)
-        study_params = {k: params[k] for k in ("study", "prepare", "train", "importance") if k in params}
-        self.study_run = self.tracker.study_run(self.study.name, fingerprint(study_params),
-                                                {"study": self.study.name, "seeds": self.study.seeds,
-                                                 "measures": self.study.measures, "steps": self.study.steps})
+        tracker = Tracker(study_from_params(params).name, root)
+        return cls(params, tracker, open_study_run(tracker, params), root, progress, device)
 
     def train_config(self, model: str, dataset: str):
         from roar.train_config import TrainConfig
@@ -53,7 +65,7 @@ class Runner:
         return TrainConfig.from_dict(values)
 
     def _train_and_save(self, step_run: str, tags: dict, meta: DatasetMeta, data_dir: Path,
-                        splits: dict[str, Split], model: str, seed: int, out: Path) -> tuple[dict, str]:
+                        splits: dict[str, Split], model: str, seed: int, out: Path) -> tuple[TrainedPoint, str]:
         """Train on ``splits``, save the model to ``out``, log a ``train`` run; returns (result, model hash)."""
         from roar.training import save_model, train
 
@@ -71,18 +83,17 @@ class Runner:
                                               "best_epoch": result.best_epoch, "seconds": result.seconds})
             save_model(out, trained, config, meta, n_vocab, result)
             model_hash = content_hash(out)
-            self.tracker.client.set_tag(run_id, "roar.model_hash", model_hash)
-        return {"metric": result.metric, "value": result.test_metric, "val_metric": result.val_metric,
-                "best_epoch": result.best_epoch, "train_seconds": result.seconds, "train_run_id": run_id}, model_hash
+            self.tracker.set_tag(run_id, "roar.model_hash", model_hash)
+        return TrainedPoint(result.metric, result.test_metric, result.val_metric, result.best_epoch, result.seconds,
+                            run_id), model_hash
 
-    def run_reference(self, dataset: str, model: str, seed: int, which: str) -> dict:
+    def run_reference(self, dataset: str, model: str, seed: int, which: str) -> StepRecord:
         """Train the shared model on unmasked data (``k0``) or on all-masked data (``all``)."""
         if which not in ("k0", "all"):
             raise ValueError(f"reference {which!r} unknown; allowed: k0, all")
         data_dir = self.layout.prepared(dataset, model) if which == "k0" else self.layout.all_masked(dataset, model)
         k = 0 if which == "k0" else self.study.end_k or 100
         out = self.layout.shared_model(dataset, model, which, seed)
-        result_path = self.layout.shared_result(dataset, model, which, seed)
         meta, splits = read_dataset(data_dir)
         data_hash = content_hash(data_dir)
         tags = {**chain_tags(dataset, model, "shared", seed, self.study.strategy), "roar.k": k,
@@ -92,11 +103,10 @@ class Runner:
                 self.tracker.log_dataset(step_run, f"{dataset}-{which}", data_dir, data_hash, "train")
                 point, model_hash = self._train_and_save(step_run, tags, meta, data_dir, splits, model, seed, out)
                 leak = leakage(splits, meta, read_vocab(data_dir), seed)
-                self.tracker.log_metrics(step_run, {point["metric"]: point["value"], **leak})
-        record = {"dataset": dataset, "model": model, "measure": "shared", "recursive": None,
-                  "strategy": self.study.strategy, "seed": seed, "k": k, **point, "leakage": leak, "data_hash": data_hash,
-                  "model_hash": model_hash, "data_path": str(data_dir), "model_path": str(out),
-                  "chain_run_id": chain_run, "step_run_id": step_run, "study_run_id": self.study_run,
-                  "git_commit": self.tracker.commit}
-        write_json_atomic(result_path, record)
+                self.tracker.log_metrics(step_run, {point.metric: point.value, **leak})
+        record = StepRecord(dataset, model, "shared", None, self.study.strategy, seed, k, **asdict(point),
+                            leakage=leak, data_hash=data_hash, model_hash=model_hash, data_path=str(data_dir),
+                            model_path=str(out), chain_run_id=chain_run, step_run_id=step_run,
+                            study_run_id=self.study_run, git_commit=self.tracker.commit)
+        record.write(self.layout.shared_result(dataset, model, which, seed))
         return record

@@ -8,7 +8,6 @@ run stack. Runs carry the ``roar.*`` tags of DESIGN §4.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -104,11 +103,6 @@ def git_commit(root: Path = Path(".")) -> str:
     return commit + ("-dirty" if dirty else "")
 
 
-def fingerprint(obj: object) -> str:
-    """Short stable hash of a JSON-able object (params of a study or a step)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 class Tracker:
     """Thin layer over ``MlflowClient`` for runs with explicit parents and roar tags."""
 
@@ -191,6 +185,9 @@ class Tracker:
                           source=json.dumps({"uri": str(path)}))
         self.client.log_inputs(run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", context)])])
 
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
     def end(self, run_id: str, failed: bool = False) -> None:
         self.client.set_terminated(run_id, "FAILED" if failed else "FINISHED")
 
@@ -240,11 +237,11 @@ def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str
     import pandas as pd
 
     from roar.params import study_from_params
+    from roar.params import study_fingerprint
 
     study = study_from_params(params)
     tracker = Tracker(study.name, root)
-    study_params = {k: params[k] for k in ("study", "prepare", "train", "importance") if k in params}
-    parent = tracker.study_run(study.name, fingerprint(study_params), {"study": study.name})
+    parent = tracker.study_run(study.name, study_fingerprint(params), {"study": study.name})
     with tracker.run("report", "report", parent, {"roar.study": study.name}) as run_id:
         metrics, intervals = {}, {}
         for _, row in racu.iterrows():

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import S3_CREDENTIALS, TINY_RUN_KINDS, TinyStudy, mlflow_runs, project_env, s3_server, sh
+from conftest import (S3_CREDENTIALS, TINY_RUN_KINDS, TinyStudy, commit, mlflow_runs, project_env, s3_server,
+                      sh)
 
 pytestmark = pytest.mark.pipeline
 
@@ -51,8 +52,8 @@ def test_outputs_and_lock(project: Path) -> None:
     assert len(racu) == 2 and racu[1].startswith("babi-1,bilstm-attention,attention,True,quantile,")
 
 
-def test_mlflow_run_tree(project: Path) -> None:
-    all_runs = runs(project)
+def test_mlflow_run_tree(tiny_study: TinyStudy) -> None:
+    all_runs = tiny_study.runs  # as the pipeline left them (other tests add runs)
     by_id = {r.info.run_id: r for r in all_runs}
     kinds = collections.Counter(r.data.tags["roar.kind"] for r in all_runs)
     assert kinds == TINY_RUN_KINDS
@@ -149,8 +150,7 @@ def test_audit_point_and_tampering(project: Path) -> None:
 
 
 def test_report_reproduces_byte_identical_from_a_fresh_clone(project: Path, tmp_path: Path) -> None:
-    sh("git", "add", "-A", cwd=project)
-    sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "study results", cwd=project)
+    commit(project, "study results")
     clone = project.parent / f"{project.name}-clone"
     sh("git", "clone", "-q", str(project), str(clone), cwd=project.parent)
     sh("roar", "reproduce-report", cwd=clone)
@@ -193,10 +193,14 @@ def test_mlflow_run_entry_point_reproduces_a_chain(project: Path) -> None:
 
 
 def test_param_change_reruns_only_that_measure(project: Path) -> None:
-    params = yaml.safe_load((project / "params.yaml").read_text())
+    original = (project / "params.yaml").read_text()
+    params = yaml.safe_load(original)
     params["importance"]["attention"] = {"note": 1}
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    changed = sorted(json.loads(sh("dvc", "status", "--json", cwd=project)))
+    try:
+        (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        changed = sorted(json.loads(sh("dvc", "status", "--json", cwd=project)))
+    finally:  # the other tests expect the study's params
+        (project / "params.yaml").write_text(original)
     assert changed == ["recursive@babi-1-bilstm-attention-attention-0", "recursive@babi-1-bilstm-attention-attention-1"]
 
 
@@ -207,8 +211,7 @@ def test_s3_remote_push_and_pull_in_a_clean_clone(project: Path, tmp_path: Path)
         sh("git", "checkout", "-q", "params.yaml", cwd=project)
         sh("dvc", "remote", "add", "-f", "s3", "s3://roar/store", cwd=project)
         sh("dvc", "remote", "modify", "s3", "endpointurl", endpoint, cwd=project)
-        sh("git", "add", "-A", cwd=project)
-        sh("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "results", cwd=project)
+        commit(project, "results")
         sh("dvc", "push", "-r", "s3", cwd=project, env=env)
         clone = tmp_path / "clone"
         sh("git", "clone", "-q", str(project), str(clone), cwd=tmp_path)

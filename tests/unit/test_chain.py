@@ -49,7 +49,7 @@ def project(tmp_path_factory, monkeypatch_module) -> Path:
     params = tiny_params()
     layout = Layout(Path("."))
     prepare("babi-1", layout.prepared("babi-1", "bilstm-attention"), PrepareConfig(**params["prepare"]["babi-1"]))
-    runner = ChainRunner(params, Path("."), progress=False)
+    runner = ChainRunner.for_stage(params, Path("."), progress=False)
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
     for recursive in (True, False):
         runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, recursive))
@@ -112,7 +112,7 @@ def test_plain_roar_step_explains_the_unmasked_data_with_the_k0_model(project: P
 
 
 def test_retraining_on_the_same_inputs_gives_the_same_model_folder_hash(project: Path) -> None:
-    runner = ChainRunner(tiny_params(), Path("."), progress=False)
+    runner = ChainRunner.for_stage(tiny_params(), Path("."), progress=False)
     folder = project / "models/babi-1/bilstm-attention/k0/s0"
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
@@ -122,33 +122,33 @@ def test_retraining_on_the_same_inputs_gives_the_same_model_folder_hash(project:
 
 
 def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> None:
-    runner = ChainRunner(tiny_params(), Path("."), progress=False)
+    runner = ChainRunner.for_stage(tiny_params(), Path("."), progress=False)
     spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, True)
-    records = {r["k"]: r for r in json.loads(json.dumps(runner.run_chain(spec)))}
+    records = {r.k: r for r in runner.run_chain(spec)}
     original = {k: json.loads(_step(project, "results", "recursive", k).read_text()) for k in STEPS}
-    assert all(records[k]["step_run_id"] == original[k]["step_run_id"] for k in STEPS)  # all reused
+    assert all(records[k].step_run_id == original[k]["step_run_id"] for k in STEPS)  # all reused
     # Replace step 40's data by other data (as a run under other params would leave it): the
     # record no longer matches the files, so step 40 is recomputed; its inputs are unchanged, so
     # the recomputed data are the original's and step 70 (same step key) is reused.
     data40 = _step(project, "data", "recursive", 40)
     shutil.rmtree(data40)
     shutil.copytree(project / "data/prepared/babi-1/bilstm-attention", data40)
-    again = {r["k"]: r for r in runner.run_chain(spec)}
-    assert again[40]["step_run_id"] != original[40]["step_run_id"]
-    assert again[40]["data_hash"] == original[40]["data_hash"] == content_hash(data40)
-    assert again[40]["model_hash"] == original[40]["model_hash"]
-    assert again[70]["step_run_id"] == original[70]["step_run_id"]
+    again = {r.k: r for r in runner.run_chain(spec)}
+    assert again[40].step_run_id != original[40]["step_run_id"]
+    assert again[40].data_hash == original[40]["data_hash"] == content_hash(data40)
+    assert again[40].model_hash == original[40]["model_hash"]
+    assert again[70].step_run_id == original[70]["step_run_id"]
 
 
 def test_a_step_record_from_other_params_is_not_reused(project: Path) -> None:
     params = tiny_params()
     params["importance"]["batch_size"] = 64  # a params change (same numbers, other step key)
-    runner = ChainRunner(params, Path("."), progress=False)
+    runner = ChainRunner.for_stage(params, Path("."), progress=False)
     original = json.loads(_step(project, "results", "roar", 40).read_text())
     records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False))
-    assert records[0]["step_key"] != original["step_key"]
-    assert records[0]["step_run_id"] != original["step_run_id"]
-    assert records[0]["data_hash"] == original["data_hash"]  # recomputed, same inputs -> same data
+    assert records[0].step_key != original["step_key"]
+    assert records[0].step_run_id != original["step_run_id"]
+    assert records[0].data_hash == original["data_hash"]  # recomputed, same inputs -> same data
 
 
 def test_word_vectors_changed_in_place_are_caught(project: Path, tmp_path: Path, monkeypatch) -> None:
@@ -163,7 +163,7 @@ def test_word_vectors_changed_in_place_are_caught(project: Path, tmp_path: Path,
     monkeypatch.chdir(tmp_path / "ws")
     params = tiny_params()
     params["train"]["bilstm-attention"]["babi-1"]["embeddings"] = str(vectors)
-    runner = ChainRunner(params, Path("."), progress=False)
+    runner = ChainRunner.for_stage(params, Path("."), progress=False)
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
     first = vectors_digest(str(vectors))
     assert json.loads(Path("models/babi-1/bilstm-attention/k0/s0/result.json").read_text())["embeddings_digest"] == first
@@ -220,14 +220,16 @@ def test_step_records_carry_the_target_and_the_leak_diagnostic(project: Path) ->
 def test_the_explained_class_is_part_of_the_step_key(project: Path, monkeypatch) -> None:
     params = tiny_params()
     params["importance"]["target"] = "predicted"
-    runner = ChainRunner(params, Path("."), progress=False)
+    runner = ChainRunner.for_stage(params, Path("."), progress=False)
     before = {k: json.loads(_step(project, "results", "roar", k).read_text()) for k in STEPS}
     records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False))
-    assert [r["target"] for r in records] == ["predicted", "predicted"]
-    assert all(r["step_key"] != before[r["k"]]["step_key"] for r in records)
-    assert all(0 <= r["predicted_is_gold_test"] <= 1 for r in records)
+    assert [r.target for r in records] == ["predicted", "predicted"]
+    assert all(r.step_key != before[r.k]["step_key"] for r in records)
+    assert all(0 <= r.explained["test"] <= 1 for r in records)
+    assert all(0 <= json.loads(_step(project, "results", "roar", r.k).read_text())["predicted_is_gold_test"] <= 1
+               for r in records)  # the record's key on disk
     random_records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "random", 0, True))
-    assert {r["target"] for r in random_records} == {"none"}
+    assert {r.target for r in random_records} == {"none"}
 
 
 def _accuracy(model_dir: Path, split) -> float:
@@ -272,7 +274,7 @@ def test_no_retrain_curves_score_each_steps_masked_test_data_with_the_k0_and_the
 def test_a_record_without_no_retrain_curves_is_completed_not_reused_as_is(project: Path) -> None:
     """A record of older code (same step key, no no-retrain entries) or one whose previous model was
     retrained since (other hash) gets its curves (re)scored; the retrained step itself is reused."""
-    runner = ChainRunner(tiny_params(), Path("."), progress=False)
+    runner = ChainRunner.for_stage(tiny_params(), Path("."), progress=False)
     spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False)
     runner.run_chain(spec)  # the fixture's records (another test may have left other params' records)
     paths = {k: _step(project, "results", "roar", k) for k in STEPS}
@@ -283,9 +285,9 @@ def test_a_record_without_no_retrain_curves_is_completed_not_reused_as_is(projec
     stale = json.loads(json.dumps(original[STEPS[0]]))
     stale["no_retrain"]["previous-model"].update(model_hash="other", value=-1.0)
     paths[STEPS[0]].write_text(json.dumps(stale))
-    records = {r["k"]: r for r in runner.run_chain(spec)}
+    records = {r.k: r for r in runner.run_chain(spec)}
     for k in STEPS:
-        assert records[k]["step_run_id"] == original[k]["step_run_id"]  # the step is reused
+        assert records[k].step_run_id == original[k]["step_run_id"]  # the step is reused
         on_disk = json.loads(paths[k].read_text())
         for curve in ("k0-model", "previous-model"):
             assert on_disk["no_retrain"][curve]["value"] == pytest.approx(original[k]["no_retrain"][curve]["value"])

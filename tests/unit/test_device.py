@@ -75,9 +75,9 @@ def test_a_stage_asking_for_cuda_stops_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     params = yaml.safe_load(project_params(tmp_path, "cuda").read_text())
     with pytest.raises(RoarError, match="runtime.device = cuda but torch.cuda.is_available"):
-        Runner(params, tmp_path, progress=False)
+        Runner.for_stage(params, tmp_path, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # no tracking store, no outputs
-    assert Runner(yaml.safe_load(project_params(tmp_path, "cpu").read_text()), tmp_path).device.type == "cpu"
+    assert Runner.for_stage(yaml.safe_load(project_params(tmp_path, "cpu").read_text()), tmp_path).device.type == "cpu"
 
 
 @needs_no_gpu

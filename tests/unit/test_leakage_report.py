@@ -10,19 +10,19 @@ import pytest
 from roar.leakage_report import RISE, collect_leakage, leakage_markdown, summarise_leakage
 from roar.params import study_from_params
 from roar.report import collect_points
+from roar.step_record import StepRecord
 
 STUDY = study_from_params({"study": {"name": "t", "datasets": ["babi-1"], "models": ["bilstm-attention"],
                                      "measures": ["random", "gradient"], "roar_measures": [], "seeds": [0, 1],
                                      "strategy": "quantile", "steps": [10, 20]}})
 
 
-def record(measure: str, seed: int, k: int, value: float, probe: float, absent: float | None = None) -> dict:
+def record(measure: str, seed: int, k: int, value: float, probe: float, absent: float | None = None) -> StepRecord:
     leak = {"mask_probe": probe, "majority": 0.2}
     if absent is not None:
         leak["label_word_absent"] = absent
-    return {"dataset": "babi-1", "model": "bilstm-attention", "measure": measure,
-            "recursive": None if measure == "shared" else True, "strategy": "quantile", "seed": seed, "k": k,
-            "metric": "accuracy", "value": value, "leakage": leak}
+    return StepRecord("babi-1", "bilstm-attention", measure, None if measure == "shared" else True, "quantile", seed,
+                      k, "accuracy", value, leakage=leak)
 
 
 RECORDS = [record("shared", s, 0, 1.0, 0.25, 0.0) for s in (0, 1)] + [

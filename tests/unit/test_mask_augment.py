@@ -185,6 +185,7 @@ def test_a_tiny_masked_study_end_to_end(tmp_path: Path, monkeypatch, one_thread)
     from roar.masking import write_all_masked
     from roar.paths import Layout
     from roar.report import write_report
+    from roar.run_tracker import NullTracker
     from roar.retrain_comparison import write_comparison
 
     monkeypatch.chdir(tmp_path)
@@ -201,7 +202,7 @@ def test_a_tiny_masked_study_end_to_end(tmp_path: Path, monkeypatch, one_thread)
     layout = Layout(Path("."))
     prepare("babi-1", layout.prepared("babi-1", "bilstm-attention"), PrepareConfig(**params["prepare"]["babi-1"]))
     write_all_masked(layout.prepared("babi-1", "bilstm-attention"), layout.all_masked("babi-1", "bilstm-attention"))
-    runner = ChainRunner(params, Path("."), progress=False)
+    runner = ChainRunner(params, NullTracker(), None, Path("."), progress=False)  # no MLflow: the records are what counts
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
     runner.run_reference("babi-1", "bilstm-attention", 0, "all")  # the retrained curves' k = 100 point
     saved = json.loads((layout.shared_model("babi-1", "bilstm-attention", "k0", 0) / "config.json").read_text())
@@ -209,8 +210,8 @@ def test_a_tiny_masked_study_end_to_end(tmp_path: Path, monkeypatch, one_thread)
     for measure, recursive in (("random", True), ("gradient", True), ("input-x-gradient", True),
                                ("gradient", False), ("input-x-gradient", False)):
         records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", measure, 0, recursive))
-        assert set(records[0]["no_retrain"]) == {"k0-model", "previous-model"}
-        assert records[0]["no_retrain_end"]["k"] == 100
+        assert set(records[0].no_retrain) == {"k0-model", "previous-model"}
+        assert records[0].no_retrain_end_k == 100
     write_report(params, Path("results"), Path("reports"))
     tables = write_comparison(Path("reports"), Path("reports"), Path("comparison"))
     contenders = set(tables["summary"]["contender"])

@@ -49,14 +49,16 @@ def curve(name: str, seed: int, measure: str) -> list[float]:
 
 def step_record(measure: str, recursive: bool, seed: int, i: int) -> dict:
     k = STEPS[i]
-    scores = {c: {"value": curve(c, seed, measure)[i], "seconds": 0.5} for c in ("k0-model", "previous-model")}
+    hashes = {"data_hash": "d", "model_hash": "m"}  # what a score was made from (unused by the report)
+    scores = {c: {"value": curve(c, seed, measure)[i], "seconds": 0.5, **hashes}
+              for c in ("k0-model", "previous-model")}
     record = {"dataset": "babi-1", "model": "bilstm-attention", "measure": measure, "recursive": recursive,
               "strategy": "quantile", "seed": seed, "k": k, "metric": "accuracy",
               "value": curve("retrained", seed, measure)[i], "train_seconds": 10.0,
               # plain ROAR computes its importance once (the first step) and reuses it
               "importance_seconds": 2.0 if recursive else (6.0 if i == 0 else 0.0), "no_retrain": scores}
     if i == len(STEPS) - 1:
-        record["no_retrain_end"] = {"k": 100, **{c: {"value": END, "seconds": 0.5} for c in scores}}
+        record["no_retrain_end"] = {"k": 100, **{c: {"value": END, "seconds": 0.5, **hashes} for c in scores}}
     return record
 
 

@@ -212,15 +212,15 @@ def test_one_seed_and_many_seeds(tmp_path):
 def test_compute_table_sums_seconds_per_chain_over_the_studys_seeds_and_steps() -> None:
     from roar.params import study_from_params
     from roar.report import compute_markdown, compute_table
+    from roar.step_record import StepRecord
 
     study = study_from_params({"study": {"name": "t", "datasets": ["babi-1"], "models": ["bilstm-attention"],
                                          "measures": ["random", "gradient"], "roar_measures": [], "seeds": [0, 1],
                                          "strategy": "quantile", "steps": [10, 20]}})
 
     def rec(measure, seed, k, train, importance=None):
-        r = {"dataset": "babi-1", "model": "bilstm-attention", "measure": measure, "seed": seed, "k": k,
-             "recursive": None if measure == "shared" else True, "train_seconds": train}
-        return r | ({} if importance is None else {"importance_seconds": importance})
+        return StepRecord("babi-1", "bilstm-attention", measure, None if measure == "shared" else True, "quantile",
+                          seed, k, "accuracy", 0.5, train_seconds=train, importance_seconds=importance)
 
     records = [rec("shared", 0, 0, 100.0), rec("shared", 1, 0, 80.0), rec("shared", 0, 100, 20.0),
                rec("gradient", 0, 10, 30.0, 5.0), rec("gradient", 1, 20, 40.0, 7.0),

@@ -327,16 +327,23 @@ def test_mixed_precision_only_for_the_transformer_on_a_gpu(monkeypatch):
     assert trainer_precision(bilstm, cpu) == "32-true"
 
 
-def test_attention_measure_is_refused_for_the_transformer():
+def test_attention_measure_is_refused_for_the_transformer(tmp_path):
+    from pathlib import Path
+
     from roar.chain import ChainRunner, ChainSpec
+    from roar.params import load_params
+    from roar.run_tracker import NullTracker
 
     with pytest.raises(ValueError, match="'attention' is not defined for model 'roberta'"):
         check_supported("attention", "roberta")
     check_supported("attention", "bilstm-attention")
     check_supported("gradient", "roberta")
-    # The chain stage fails before reading anything (a bare Runner has no params or layout).
+    # The chain stage fails before reading anything (the workspace is empty).
+    params = load_params(Path(__file__).resolve().parents[2] / "params.yaml")
+    runner = ChainRunner(params, NullTracker(), None, tmp_path)
     with pytest.raises(ValueError, match="'attention' is not defined for model 'roberta'"):
-        ChainRunner.__new__(ChainRunner).run_chain(ChainSpec("babi-1", "roberta", "attention", 0, True))
+        runner.run_chain(ChainSpec("babi-1", "roberta", "attention", 0, True))
+    assert not list(tmp_path.iterdir())
     model = TransformerClassifier(tiny_hf_model("bert", 30522)).eval()
     batch = encoded_batch(MINILM, True)
     with pytest.raises(ValueError, match="attention layer"):

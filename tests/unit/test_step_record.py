@@ -1,0 +1,88 @@
+"""Step records keep the on-disk keys (DESIGN §4) through a read and a write; the step store reuses a
+step only when its key and its files match."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from roar.fileio import content_hash
+from roar.step_record import CurveScore, StepRecord, read_records
+from roar.step_store import StepStore
+
+SCORE = {"value": 0.5, "seconds": 0.25, "data_hash": "d1", "model_hash": "m0"}
+STEP = {"dataset": "babi-1", "model": "bilstm-attention", "measure": "gradient", "recursive": True,
+        "strategy": "quantile", "seed": 0, "k": 90, "target": "predicted", "metric": "accuracy", "value": 0.61,
+        "val_metric": 0.6, "best_epoch": 3, "train_seconds": 12.5, "train_run_id": "t", "importance_seconds": 1.5,
+        "leakage": {"mask_probe": 0.3, "majority": 0.2}, "predicted_is_gold_train": 0.9, "predicted_is_gold_test": 0.8,
+        "data_hash": "d1", "model_hash": "m1", "input_data_hash": "d0", "input_model_hash": "m0",
+        "data_path": "data/masked/x/k90", "model_path": "models/x/k90", "step_key": "abc", "code_fingerprint": "c",
+        "libraries": {"torch": "2"}, "chain_run_id": "c1", "step_run_id": "s1", "importance_run_id": "i1",
+        "study_run_id": "st", "git_commit": "g", "no_retrain": {"k0-model": SCORE, "previous-model": SCORE},
+        "no_retrain_end": {"k": 100, "k0-model": SCORE, "previous-model": SCORE}}
+SHARED = {"dataset": "babi-1", "model": "bilstm-attention", "measure": "shared", "recursive": None,
+          "strategy": "quantile", "seed": 0, "k": 0, "metric": "accuracy", "value": 0.9, "val_metric": 0.88,
+          "best_epoch": 5, "train_seconds": 20.0, "train_run_id": "t0", "leakage": {"mask_probe": 0.2},
+          "data_hash": "d0", "model_hash": "m0", "data_path": "data/prepared/x", "model_path": "models/x/k0/s0",
+          "chain_run_id": "c0", "step_run_id": "s0", "study_run_id": "st", "git_commit": "g"}
+
+
+@pytest.mark.parametrize("obj", [STEP, SHARED, {**STEP, "from_newer_code": [1]}], ids=["step", "shared", "extra"])
+def test_a_record_writes_back_the_keys_and_values_it_was_read_from(obj: dict, tmp_path: Path) -> None:
+    record = StepRecord.from_json(json.loads(json.dumps(obj)))
+    assert record.to_json() == obj
+    record.write(tmp_path / "k.json")
+    assert json.loads((tmp_path / "k.json").read_text()) == obj
+    assert StepRecord.read(tmp_path / "k.json") == record
+
+
+def test_fields_of_a_chain_step_record() -> None:
+    record = StepRecord.from_json(STEP)
+    assert record.explained == {"train": 0.9, "test": 0.8}
+    assert record.no_retrain["k0-model"] == CurveScore(0.5, 0.25, "d1", "m0")
+    k0_score = record.no_retrain["k0-model"]
+    assert k0_score.made_from("d1", "m0") and not k0_score.made_from("d1", "m1")
+    assert record.end_scores(100).keys() == {"k0-model", "previous-model"} and record.end_scores(50) == {}
+    assert record.run_ids() == {"chain_run_id": "c1", "importance_run_id": "i1", "step_run_id": "s1",
+                                "study_run_id": "st", "train_run_id": "t"}
+    assert StepRecord.from_json(SHARED).is_shared and not record.is_shared
+
+
+def test_a_file_that_is_no_record_is_named(tmp_path: Path) -> None:
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "k10.json").write_text(json.dumps({k: v for k, v in STEP.items() if k != "value"}))
+    with pytest.raises(ValueError, match=r"k10.json: not a step record \(step record lacks value\)"):
+        read_records(tmp_path / "results")
+
+
+def test_the_store_reuses_a_step_only_with_its_key_and_its_files(tmp_path: Path) -> None:
+    store = StepStore(tmp_path / "data", tmp_path / "models", tmp_path / "results")
+    for folder, name in ((store.data_dir(90), "train.arrow"), (store.model_dir(90), "model.safetensors")):
+        folder.mkdir(parents=True)
+        (folder / name).write_text(name)
+    record = StepRecord.from_json({**STEP, "data_path": str(store.data_dir(90)), "model_path": str(store.model_dir(90)),
+                                   "data_hash": content_hash(store.data_dir(90)),
+                                   "model_hash": content_hash(store.model_dir(90))})
+    store.write(record)
+    said = []
+    assert store.load_done(90, "abc", said.append) == record
+    assert store.load_done(90, "other key", said.append) is None and not said
+    assert store.load_done(10, "abc", said.append) is None  # no record
+    (store.model_dir(90) / "model.safetensors").write_text("changed")
+    assert store.load_done(90, "abc", said.append) is None
+    assert "differs from the step record's" in said[0]
+    store.record_path(90).write_text("{")
+    assert store.load_done(90, "abc", said.append) is None and "unreadable step record" in said[1]
+
+
+def test_the_store_drops_steps_no_longer_studied(tmp_path: Path) -> None:
+    store = StepStore(tmp_path / "data", tmp_path / "models", tmp_path / "results")
+    for k in (10, 20):
+        store.data_dir(k).mkdir(parents=True)
+        store.model_dir(k).mkdir(parents=True)
+        store.write(StepRecord.from_json({**STEP, "k": k}))
+    store.remove_stale([20])
+    assert [p.name for p in store.data.iterdir()] == ["k20"] and [p.name for p in store.models.iterdir()] == ["k20"]
+    assert [p.name for p in store.results.iterdir()] == ["k20.json"]
