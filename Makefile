@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 JOBS ?= 2
 
-.PHONY: setup run test test-slow bench gpu-check clean
+.PHONY: setup run study plots test test-slow bench gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,16 @@ run: setup
 	echo "[roar] report: reports/racu.csv, reports/curves.csv, reports/points.csv" && \
 	if [ -n "$$MLFLOW_TRACKING_URI" ]; then echo "[roar] MLflow: $$MLFLOW_TRACKING_URI"; \
 	else echo "[roar] MLflow UI: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1"; fi
+
+# Another study side by side: `make study STUDY=rotten-tomatoes` (folders under studies/, `roar study list`).
+study: setup
+	@test -n "$(STUDY)" || { echo "usage: make study STUDY=<name>; studies: $$(roar study list | cut -d' ' -f1 | xargs)"; exit 2; }
+	roar pipeline --study $(STUDY) --jobs $(JOBS)
+
+# The ROAR curves of every study with `dvc plots show`, vega inlined so that the page renders offline.
+plots: setup
+	test -f .dvc/plots/offline.html || roar plots-offline
+	dvc plots show
 
 test: setup
 	$(BIN)/python -m pytest -q --durations=12

@@ -56,8 +56,8 @@ def _fail(error: BaseException, multiline: bool = False) -> None:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
-def command(*args, **kwargs):
-    """``app.command`` with the one error layer: bad input becomes one line and exit status 2."""
+def command(*args, group: typer.Typer | None = None, **kwargs):
+    """``app.command`` (or ``group``'s) with the one error layer: bad input becomes one line and exit status 2."""
     def register(function):
         @functools.wraps(function)
         def run(*a, **kw):
@@ -65,7 +65,7 @@ def command(*args, **kwargs):
                 return function(*a, **kw)
             except USER_ERRORS as error:
                 _fail(error)
-        return app.command(*args, **kwargs)(run)
+        return (group or app).command(*args, **kwargs)(run)
     return register
 
 
@@ -288,6 +288,10 @@ def plan(params_file: Path = typer.Argument(Path("params.yaml"), metavar="[PARAM
                                       calibrate)))
 
 
+STUDY = typer.Option(None, "--study", help="Study to run: `default` (the project root) or a folder name under "
+                     "studies/ (`roar study list`); default: the current folder.")
+
+
 @command()
 def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local executor)."),
              push: bool = typer.Option(True, "--push/--no-push", help="Push outputs to the DVC remote."),
@@ -295,22 +299,24 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
                                                "Slurm job per stage that is not done (runtime.slurm)."),
              wait: bool = typer.Option(False, "--wait/--no-wait", help="slurm: wait for the jobs and print "
                                        "their states."),
-             poll: float = typer.Option(10.0, min=0.1, help="slurm --wait: seconds between state checks.")) -> None:
+             poll: float = typer.Option(10.0, min=0.1, help="slurm --wait: seconds between state checks."),
+             study: str = STUDY) -> None:
     """Run the whole study (dvc repro, chains in parallel, or Slurm jobs), then push to the DVC remote."""
     import subprocess
     import time
 
-    _load(Path("params.yaml"))
-    if not Path("dvc.yaml").is_file():
-        raise FileNotFoundError("dvc.yaml not found; run `roar pipeline` from the project root")
+    from roar.studies import resolve_study
 
-    from roar.launch import run_pipeline, submit_pipeline
+    root = resolve_study(study)
+    _load(root / "params.yaml")
+
+    from roar.launch import push_study, run_pipeline, submit_pipeline
 
     start = time.perf_counter()
     if executor is Executor.slurm:
         from roar.slurm import summary
 
-        submission = submit_pipeline(push=push, wait=wait, poll=poll, log=typer.echo)
+        submission = submit_pipeline(root, push=push, wait=wait, poll=poll, log=typer.echo)
         if wait and submission.jobs:
             typer.echo(summary(submission))
             typer.echo(f"[roar] Slurm jobs finished in {time.perf_counter() - start:.0f} s")
@@ -318,16 +324,16 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
                 raise typer.Exit(1)
         return
     try:
-        run_pipeline(jobs=jobs, log=typer.echo)
+        run_pipeline(root, jobs=jobs, log=typer.echo)
     except RuntimeError as error:  # a stage failed: its output follows the first line
         _fail(error, multiline=True)
     except subprocess.CalledProcessError as error:
         _fail(error)
     typer.echo(f"[roar] pipeline finished in {time.perf_counter() - start:.0f} s")
     if push:
-        done = subprocess.run(["dvc", "push", "-q"])
-        if done.returncode != 0:
-            _fail(RuntimeError(f"`dvc push` failed (exit {done.returncode}); check the DVC remote "
+        code = push_study(root)
+        if code != 0:
+            _fail(RuntimeError(f"`dvc push` failed (exit {code}); check the DVC remote "
                                "(`dvc remote list`), or run with --no-push"))
         typer.echo("[roar] outputs pushed to the DVC remote")
 
@@ -362,19 +368,79 @@ def pipeline_finish(study_run_id: str,
 
 
 @command("reproduce-report")
-def reproduce_report(remote: str = typer.Option(None, "--remote", "-r", help="DVC remote to pull from.")) -> None:
+def reproduce_report(remote: str = typer.Option(None, "--remote", "-r", help="DVC remote to pull from."),
+                     study: str = STUDY) -> None:
     """Pull only this commit's per-point results and re-run the report stage (then `git diff reports/`)."""
     import subprocess
 
-    _load(Path("params.yaml"))
+    from roar.studies import resolve_study
+
+    root = resolve_study(study)
+    _load(root / "params.yaml")
 
     from roar.launch import reproduce_report as run
 
     try:
-        run(remote=remote)
+        run(root, remote=remote)
     except subprocess.CalledProcessError as error:
         _fail(error)
     typer.echo("report reproduced; `git diff --stat reports/` shows any difference from the commit")
+
+
+@command("plots-offline")
+def plots_offline(configure: bool = typer.Option(True, "--configure/--no-configure", help="Also set it as this "
+                                                 "workspace's plots.html_template (.dvc/config.local).")) -> None:
+    """Write .dvc/plots/offline.html: `dvc plots show/diff` pages with vega inlined (from npm), for machines
+    without internet."""
+    from roar.dvcplots import vega_libraries, write_offline_template
+
+    path = write_offline_template(configure=configure)
+    typer.echo(f"{path}: {', '.join(f'{n} {v}' for n, v in vega_libraries())} inlined; "
+               + ("`dvc plots show` and `dvc plots diff` pages now render offline" if configure else
+                  f"use it with `dvc plots show --html-template {path}`"))
+
+
+study_app = typer.Typer(help="Studies side by side: the default at the project root, others under studies/.",
+                        no_args_is_help=True)
+app.add_typer(study_app, name="study")
+
+
+@command("list", group=study_app)
+def study_list() -> None:
+    """The studies of this project, each with its folder and study name."""
+    from roar.params import load_params
+    from roar.paths import project_root
+    from roar.paths import STUDIES
+    from roar.studies import DEFAULT, study_names
+
+    root = project_root()
+    for name in study_names(root):
+        folder = root if name == DEFAULT else root / STUDIES / name
+        typer.echo(f"{name:<28} {folder.relative_to(root).as_posix():<36} "
+                   f"study.name={load_params(folder / 'params.yaml')['study']['name']}")
+
+
+@command("new", group=study_app)
+def study_new(name: str = typer.Argument(..., help="Folder name under studies/."),
+              source: Path = typer.Option(..., "--from", help="Params file to start from (copied, comments kept).")) -> None:
+    """Create studies/NAME with a copy of a params file and the generated dvc.yaml."""
+    from roar.paths import project_root
+    from roar.studies import new_study
+
+    folder = new_study(name, source, project_root())
+    typer.echo(f"{folder}: params.yaml, dvc.yaml; run it with `roar pipeline --study {name}`")
+
+
+@command("sync", group=study_app)
+def study_sync() -> None:
+    """Regenerate every study folder's dvc.yaml from the project's dvc.yaml (after editing that one)."""
+    from roar.paths import project_root
+    from roar.studies import sync_studies
+
+    root = project_root()
+    written = sync_studies(root)
+    typer.echo("\n".join(f"{folder.relative_to(root)}/dvc.yaml: regenerated" for folder in written)
+               or "every study dvc.yaml is up to date")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from threading import Lock
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
+# The study run's tag naming the folder it ran in (``.`` or ``studies/<name>``; see roar.studies).
+STUDY_FOLDER_TAG = "roar.study_folder"
 # Within a wave, costlier stages start first so that the pool does not end on one long chain.
 COST_ORDER = ("kernel-shap", "integrated-gradient", "occlusion", "gradient", "input-x-gradient", "attention",
               "mutual-information", "random")
@@ -157,7 +159,22 @@ def _open_study_run(root: Path):
 
     params = load_params(root / "params.yaml")
     tracker = Tracker(study_from_params(params).name, root)
-    return params, tracker, open_study_run(tracker, params, owned=True)
+    study_run = open_study_run(tracker, params, owned=True)
+    tracker.set_tag(study_run, STUDY_FOLDER_TAG, study_folder(root))
+    return params, tracker, study_run
+
+
+def study_folder(root: Path) -> str:
+    """``root`` relative to its project: ``.`` for the default study, ``studies/<name>`` for a study folder."""
+    from roar.paths import project_root
+
+    return Path(root).resolve().relative_to(project_root(root)).as_posix()
+
+
+def push_study(root: Path, env: dict | None = None) -> int:
+    """``dvc push`` of ``root``'s own ``dvc.yaml`` (a plain ``dvc push`` would push every study of the
+    project, and fail on those whose outputs this workspace never made); returns the exit status."""
+    return subprocess.run(["dvc", "push", "-q", "dvc.yaml"], cwd=root, env=env).returncode
 
 
 def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
@@ -244,7 +261,7 @@ def finish_pipeline(root: Path, study_run_id: str, push: bool) -> None:
     env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run_id, "MLFLOW_TRACKING_URI": tracker.uri}
     code = _final_repro(root, env)
     if code == 0 and push:
-        code = subprocess.run(["dvc", "push", "-q"], cwd=root, env=env).returncode
+        code = push_study(root, env)
     tracker.end(study_run_id, failed=code != 0)
     if code != 0:
         raise RuntimeError(f"the final `dvc repro`{' or `dvc push`' if push else ''} failed (exit {code})")

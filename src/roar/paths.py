@@ -6,6 +6,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+STUDIES = "studies"  # the study folders under the project root, each a params.yaml and a generated dvc.yaml
+
+
+def project_root(start: Path = Path(".")) -> Path:
+    """The DVC project holding ``start`` (the nearest folder with a ``.dvc`` folder, as DVC finds it),
+    or ``start`` itself outside one; resolved. A study folder's outputs live under the folder, while
+    the MLflow store and the DVC cache and remote belong to the project."""
+    start = Path(start).resolve()
+    for folder in (start, *start.parents):
+        if (folder / ".dvc").is_dir():
+            return folder
+    return start
+
+
 def mode_name(recursive: bool) -> str:
     """``recursive`` or ``roar``: a chain's mode in paths, stage names and tables."""
     return "recursive" if recursive else "roar"

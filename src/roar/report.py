@@ -422,13 +422,6 @@ def racu_metrics(racu: pd.DataFrame) -> dict:
     return tree
 
 
-def write_plot_data(curves: pd.DataFrame, out: Path) -> None:
-    """``plots/<dataset>_<model>_<mode>/<measure>.csv`` (k, mean, low, high): a line per measure in ``dvc plots``."""
-    for (dataset, model, recursive, measure), frame in curves.groupby(["dataset", "model", "recursive", "measure"]):
-        path = out / "plots" / f"{dataset}_{model}_{mode_name(recursive)}" / f"{measure}.csv"
-        write_text_atomic(path, _csv(frame[["k", "mean", "low", "high"]].sort_values("k")))
-
-
 def statistics_text() -> list[str]:
     """The README's account of RACU and its interval."""
     return [
@@ -522,7 +515,8 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
 
 
 def write_report(params: dict, results: Path, out: Path, commit: str = "") -> dict[str, pd.DataFrame]:
-    """Write the tables, figures, DVC metrics/plots data and ``README.md`` under ``out`` (atomically).
+    """Write the tables, figures, DVC metrics (``racu.json``) and ``README.md`` under ``out`` (atomically);
+    ``dvc plots`` draws ``curves.csv`` (dvc.yaml's ``plots``).
 
     Every seed or measure left out of the RACU is written to ``excluded.csv``, warned about on
     stderr and listed in the README. Returns the tables by name (``points``, ``curves``,
@@ -555,7 +549,6 @@ def write_report(params: dict, results: Path, out: Path, commit: str = "") -> di
                                                  "### Left out\n", excluded_markdown(excluded)]))
     write_text_atomic(out / "racu.tex", racu_tex(tables["racu"], per_seed, study))
     write_text_atomic(out / "racu.json", json.dumps(racu_metrics(tables["racu"]), indent=2, sort_keys=True) + "\n")
-    write_plot_data(tables["curves"], out)
     figures = (curve_figures(tables["curves"], out / "figures") + racu_figure(tables["racu"], out / "figures")
                + leakage_figures(tables["leakage"], out / "figures")
                + no_retrain_figures(tables["noretrain_curves"], out / "figures"))

@@ -99,12 +99,13 @@ def pending_stages(root: Path) -> dict[str, list[str]]:
     import networkx as nx
     from dvc.repo import Repo
 
-    # DVC names stages relative to the working directory (``recursive@...`` only from the root)
+    # DVC names stages relative to the working directory (``recursive@...`` only from the root). Only
+    # ``root``'s own dvc.yaml counts: the project's other study folders are pipelines of their own.
     with contextlib.chdir(root), Repo(".") as repo:
-        changed = set(repo.status())
+        changed = set(repo.status(targets=["dvc.yaml"]))
         graph = repo.index.graph  # an edge a -> b: stage a depends on stage b
         names = {stage: stage.addressing for stage in graph.nodes}
-        todo = {stage for stage in graph.nodes if names[stage] in changed}
+        todo = {stage for stage in graph.nodes if names[stage] in changed and stage.dvcfile.relpath == "dvc.yaml"}
         for stage in list(todo):
             todo |= nx.ancestors(graph, stage)
         order = [s for s in reversed(list(nx.topological_sort(graph))) if s in todo]

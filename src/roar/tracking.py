@@ -49,8 +49,11 @@ def process_alive(identity: str) -> bool | None:
 
 
 def tracking_uri(root: Path = Path(".")) -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<root>/mlflow.db``."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root.resolve() / 'mlflow.db'}"
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<project>/mlflow.db``: one store for the project's
+    default study and its study folders (:func:`roar.paths.project_root`)."""
+    from roar.paths import project_root
+
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root(root) / 'mlflow.db'}"
 
 
 def is_local_store(uri: str) -> bool:
@@ -130,7 +133,9 @@ class Tracker:
         found = self.client.get_experiment_by_name(name)
         if found:
             return found.experiment_id
-        location = (self.root.resolve() / "mlartifacts" / name).as_uri() if is_local_store(self.uri) else None
+        from roar.paths import project_root
+
+        location = (project_root(self.root) / "mlartifacts" / name).as_uri() if is_local_store(self.uri) else None
         try:
             return self.client.create_experiment(name, artifact_location=location)
         except MlflowException as error:

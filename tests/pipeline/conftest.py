@@ -57,6 +57,9 @@ def make_project(root: Path, params: dict) -> Path:
     sh("git", "init", "-q", cwd=root)
     commit(root, "init")
     sh("dvc", "init", "-q", cwd=root)
+    (root / ".dvc" / "plots").mkdir(exist_ok=True)
+    for template in (REPO / ".dvc" / "plots").glob("*.json"):  # the project's plot templates (dvc.yaml plots)
+        shutil.copy(template, root / ".dvc" / "plots" / template.name)
     sh("dvc", "remote", "add", "-d", "storage", "../dvc-storage", cwd=root)
     commit(root, "project")
     return root

@@ -476,7 +476,7 @@ def test_good_params_validate_and_note_is_allowed(project):
     (project / "params.yaml").write_text(yaml.safe_dump(loaded, sort_keys=False))
     result = CliRunner().invoke(app, ["validate"])
     assert result.exit_code == 0 and result.stdout == "params.yaml: ok (23 stages)\n"
-    for config in sorted((REPO / "configs").glob("*.yaml")):
+    for config in sorted([*(REPO / "configs").glob("*.yaml"), *(REPO / "studies").glob("*/params.yaml")]):
         result = CliRunner().invoke(app, ["validate", "--params", str(config)])
         assert result.exit_code == 0, result.output
 

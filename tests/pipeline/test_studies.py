@@ -1,0 +1,90 @@
+"""A study folder beside the default study: its own outputs, MLflow study run, push and reports, compared with DVC."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import commit, make_project, mlflow_runs, sh, tiny_params
+
+pytestmark = pytest.mark.pipeline
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A project whose default study never runs, with ``studies/micro`` (1 seed, 2 measures, k = 50) run by
+    ``roar pipeline --study micro`` from the project root."""
+    root = make_project(tmp_path_factory.mktemp("studies") / "project", tiny_params())
+    params = tiny_params()
+    params["study"].update(name="micro", seeds=[0], steps=[50])
+    params["prepare"]["babi-1"].update(n_train=300, n_test=100)
+    (root / "micro.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = sh("roar", "study", "new", "micro", "--from", "micro.yaml", cwd=root)
+    assert "roar pipeline --study micro" in out
+    commit(root, "study micro")
+    sh("roar", "pipeline", "--study", "micro", "--jobs", "2", cwd=root)
+    return root
+
+
+def test_the_study_keeps_its_own_outputs(project: Path) -> None:
+    study = project / "studies" / "micro"
+    for kind in ("data/prepared/babi-1", "models/babi-1", "results/babi-1"):
+        assert (study / kind).is_dir() and not (project / kind).exists(), kind
+    assert (study / "results/babi-1/bilstm-attention/attention/recursive/s0/k50.json").is_file()
+    racu = (study / "reports/racu.csv").read_text().splitlines()
+    assert len(racu) == 2 and racu[1].startswith("babi-1,bilstm-attention,attention,True,quantile,")
+    assert not (project / "reports").exists() and (study / "dvc.lock").is_file() and not (project / "dvc.lock").exists()
+    # the default study is untouched: its stages are still to run, the study's are done
+    assert "Data and pipelines are up to date" in sh("dvc", "status", "dvc.yaml", cwd=study)
+    assert "prepare@babi-1-bilstm-attention" in sh("dvc", "status", "dvc.yaml", cwd=project)
+
+
+def test_one_mlflow_store_with_the_study_run_tagged(project: Path) -> None:
+    assert not (project / "studies/micro/mlflow.db").exists()
+    runs = mlflow_runs(project, "micro")  # the project's mlflow.db
+    studies = [r for r in runs if r.data.tags["roar.kind"] == "study"]
+    assert len(studies) == 1 and studies[0].data.tags["roar.study_folder"] == "studies/micro"
+    assert studies[0].info.status == "FINISHED"
+    assert {r.data.tags["roar.kind"] for r in runs} == {"study", "chain", "step", "train", "importance", "report"}
+
+
+def test_the_push_holds_the_study_and_a_clone_pulls_it(project: Path, tmp_path: Path) -> None:
+    commit(project, "micro results")
+    clone = tmp_path / "clone"
+    sh("git", "clone", "-q", str(project), str(clone), cwd=tmp_path)
+    storage = project.parent / "dvc-storage"  # the project's remote (../dvc-storage), filled by the pipeline's push
+    assert any(storage.rglob("*")), "roar pipeline --study pushed nothing"
+    sh("dvc", "remote", "modify", "--local", "storage", "url", str(storage), cwd=clone)
+    sh("dvc", "pull", "-q", "dvc.yaml", cwd=clone / "studies/micro")
+    model = "studies/micro/models/babi-1/bilstm-attention/attention/recursive/s0/k50/model.safetensors"
+    assert (clone / model).read_bytes() == (project / model).read_bytes()
+    assert "Data and pipelines are up to date" in sh("dvc", "status", "dvc.yaml", cwd=clone / "studies/micro")
+
+
+def test_metrics_and_plots_of_studies_side_by_side_and_between_commits(project: Path) -> None:
+    shown = json.loads(sh("dvc", "metrics", "show", "--json", cwd=project))
+    (workspace,) = shown.values()  # {"": {"data": {file: ...}}}: the workspace
+    assert "studies/micro/reports/racu.json" in workspace["data"]
+    # a change of the study's RACU (as a re-run with other params would make) against the last commit
+    racu = project / "studies/micro/reports/racu.json"
+    original = racu.read_text()
+    changed = json.loads(original)
+    leaf = changed["babi-1"]["bilstm-attention"]["recursive"]["attention"]
+    leaf["racu_mean"] = round(leaf["racu_mean"] - 0.25, 6)
+    racu.write_text(json.dumps(changed))
+    try:
+        diff = json.loads(sh("dvc", "metrics", "diff", "HEAD", "--json", "--targets", str(racu.relative_to(project)),
+                             cwd=project))
+        entry = diff["studies/micro/reports/racu.json"]["babi-1.bilstm-attention.recursive.attention.racu_mean"]
+        assert entry["diff"] == pytest.approx(-0.25)
+    finally:
+        racu.write_text(original)
+    # every study's plot definition (a target path would be drawn as a plain file, without the template)
+    plots = json.loads(sh("dvc", "plots", "diff", "HEAD", "--json", cwd=project))["data"]
+    content = plots["studies/micro/reports/curves.csv"][0]["content"]
+    assert content["facet"]["column"]["field"] == "rev"  # the roar-curves template: a column per revision
+    revs = {row["rev"] for row in content["data"]["values"]}
+    measures = {row["measure"] for row in content["data"]["values"]}
+    assert revs == {"HEAD", "workspace"} and measures == {"random", "attention"}

@@ -1,0 +1,90 @@
+"""Study folders: generated dvc.yaml files, names, resolution; the offline plots page."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from roar.dvcplots import offline_page, vega_libraries
+from roar.errors import RoarError
+from roar.paths import project_root
+from roar.studies import new_study, resolve_study, stale_studies, study_dvc_yaml, study_names, sync_studies
+from roar.tracking import tracking_uri
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_committed_study_folders_match_the_root_dvc_yaml() -> None:
+    stale = [str(p.relative_to(REPO)) for p in stale_studies(REPO)]
+    assert stale == [], f"run `roar study sync` and commit: {stale}"
+    assert {"paper-babi-1", "rotten-tomatoes", "rotten-tomatoes-minilm"} <= set(study_names(REPO))
+
+
+def test_study_dvc_yaml_moves_only_the_code_dependencies() -> None:
+    top = yaml.safe_load((REPO / "dvc.yaml").read_text())
+    study = yaml.safe_load(study_dvc_yaml((REPO / "dvc.yaml").read_text()))
+    assert study["plots"] == top["plots"] and set(study["stages"]) == set(top["stages"])
+    for name, stage in top["stages"].items():
+        moved = study["stages"][name]
+        assert {k: v for k, v in moved.items() if k != "deps"} == {k: v for k, v in stage.items() if k != "deps"}
+        expected = [f"../../{d}" if d.startswith("src/") else d for d in stage["deps"]]
+        assert moved["deps"] == expected and any(d.startswith("../../src/roar/") for d in moved["deps"])
+    assert "- data/prepared/${item.dataset}/${item.model}" in study_dvc_yaml((REPO / "dvc.yaml").read_text())
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / ".dvc").mkdir()
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    return tmp_path
+
+
+def test_new_study_sync_and_resolve(project: Path) -> None:
+    folder = new_study("quick-copy", project / "params.yaml", project)
+    assert (folder / "params.yaml").read_text() == (project / "params.yaml").read_text()  # comments kept
+    assert stale_studies(project) == [] and resolve_study("quick-copy", project) == folder
+    assert resolve_study("default", folder) == project and resolve_study(None, folder) == folder
+    assert project_root(folder / "data") == project.resolve()
+    # the MLflow store is the project's, wherever a stage runs
+    assert tracking_uri(folder) == f"sqlite:///{project.resolve() / 'mlflow.db'}"
+    # a changed root dvc.yaml makes the copy stale: refused until `roar study sync`
+    (project / "dvc.yaml").write_text((project / "dvc.yaml").read_text().replace("roar report", "roar report --track"))
+    assert stale_studies(project) == [folder]
+    with pytest.raises(RoarError, match="roar study sync"):
+        resolve_study("quick-copy", project)
+    assert sync_studies(project) == [folder] and "roar report --track" in (folder / "dvc.yaml").read_text()
+    assert resolve_study("quick-copy", project) == folder
+
+
+@pytest.mark.parametrize("name, message", [("Bad Name", "not allowed"), ("default", "not allowed"),
+                                           ("quick", "exists")])
+def test_new_study_refuses_bad_names(project: Path, name: str, message: str) -> None:
+    (project / "studies" / "quick").mkdir(parents=True)
+    with pytest.raises(RoarError, match=message):
+        new_study(name, project / "params.yaml", project)
+
+
+def test_new_study_checks_the_params_first(project: Path) -> None:
+    bad = project / "bad.yaml"
+    bad.write_text("study: {name: x}\n")
+    with pytest.raises(ValueError):
+        new_study("bad", bad, project)
+    assert not (project / "studies" / "bad").exists()
+
+
+def test_unknown_study_names_the_known_ones(project: Path) -> None:
+    new_study("a", project / "params.yaml", project)
+    with pytest.raises(RoarError, match="study 'b' not found.*studies: default, a"):
+        resolve_study("b", project)
+
+
+def test_offline_page_inlines_dvcs_vega_versions() -> None:
+    assert [name for name, _ in vega_libraries()] == ["vega", "vega-lite", "vega-embed"]
+    page = offline_page([("vega", "5.0.0", "var a = '</script>';")])
+    assert "{plot_divs}" in page and "{refresh_tag}" in page and "{scripts}" not in page  # no CDN scripts
+    assert "var a = '<\\/script>';" in page and "/* vega@5.0.0 */" in page
+    assert 'renderer: "svg"' in page
