@@ -199,7 +199,7 @@ def report(params: Path = PARAMS, results: Path = typer.Option(Path("results"), 
         raise FileNotFoundError(f"results folder {results} not found; run the study first (`roar pipeline` or "
                                 "`dvc repro`), or pass --results FOLDER")
 
-    from roar.report import write_report
+    from roar.study_report import write_report
     from roar.tracking import git_commit
 
     tables = write_report(loaded, results, out, git_commit())

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from threading import Lock
 
+from roar.paths import stage_kind
+
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
 # The study run's tag naming the folder it ran in (``.`` or ``studies/<name>``; see roar.studies).
@@ -30,11 +32,6 @@ STUDY_FOLDER_TAG = "roar.study_folder"
 # Within a wave, costlier stages start first so that the pool does not end on one long chain.
 COST_ORDER = ("kernel-shap", "integrated-gradient", "occlusion", "gradient", "input-x-gradient", "attention",
               "mutual-information", "random")
-
-
-def stage_kind(stage: str) -> str:
-    """``recursive`` for ``recursive@babi-1-bilstm-attention-random-0``."""
-    return stage.split("@")[0]
 
 
 def _cost_rank(stage: str) -> tuple[int, str]:

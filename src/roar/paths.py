@@ -71,3 +71,8 @@ class Layout:
 
 def step_dir(chain_dir: Path, k: int) -> Path:
     return chain_dir / f"k{k}"
+
+
+def stage_kind(stage: str) -> str:
+    """The DVC stage template a stage instance comes from: ``recursive`` for ``recursive@babi-1-bilstm-attention-random-0``."""
+    return stage.split("@")[0]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from roar.errors import RoarError
 from roar.fileio import write_text_atomic
-from roar.launch import stage_kind
+from roar.paths import stage_kind
 
 SUBMISSIONS = Path(".roar") / "slurm"
 DEFAULTS = {"cpus": 1, "time": "04:00:00", "memory": "4G", "gpus": 0, "partition": None, "account": None,

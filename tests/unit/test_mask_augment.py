@@ -184,7 +184,7 @@ def test_a_tiny_masked_study_end_to_end(tmp_path: Path, monkeypatch, one_thread)
     from roar.chain import ChainRunner, ChainSpec
     from roar.masking import write_all_masked
     from roar.paths import Layout
-    from roar.report import write_report
+    from roar.study_report import write_report
     from roar.run_tracker import NullTracker
     from roar.retrain_comparison import write_comparison
 

@@ -32,7 +32,7 @@ def test_imports_inside_functions_and_relative_imports_count(tmp_path: Path) -> 
 
 
 def test_each_command_imports_only_its_own_part_of_the_cli() -> None:
-    assert "roar.report" in command_imports("report") and "roar.report" not in command_imports("chain")
+    assert "roar.study_report" in command_imports("report") and "roar.study_report" not in command_imports("chain")
     assert "roar.chain" in command_imports("chain") and "roar.chain" not in command_imports("report")
 
 

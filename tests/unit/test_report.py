@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from roar.report import write_report
+from roar.study_report import write_report
 
 KS = [0, 25, 50, 75, 100]
 RANDOM = [1.0, 0.875, 0.75, 0.625, 0.5]
