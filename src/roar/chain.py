@@ -160,6 +160,7 @@ class ChainRunner(Runner):
                 records.append(record)
                 previous = this
                 context.last_masked = None
+            self.tracker.log_curve(chain_run, records, k0_model)
         return records
 
     def _score_without_retraining(self, chain_run: str, step_run: str, ctx: _ChainContext, k: int, record: dict,

@@ -362,5 +362,16 @@ def reproduce_report(remote: str = typer.Option(None, "--remote", "-r", help="DV
     typer.echo("report reproduced; `git diff --stat reports/` shows any difference from the commit")
 
 
+
+@command("mlflow-url")
+def mlflow_url(params: Path = PARAMS,
+               base: str = typer.Option("http://127.0.0.1:5000", help="Where `mlflow ui` or the server answers.")) -> None:
+    """Print the MLflow UI page of the study's runs (the model-training view, not MLflow 3's GenAI overview)."""
+    from roar.params import study_from_params
+    from roar.tracking import study_runs_url
+
+    typer.echo(study_runs_url(study_from_params(_load(params)).name, base))
+
+
 if __name__ == "__main__":
     app()
