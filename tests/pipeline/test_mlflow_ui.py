@@ -124,7 +124,7 @@ def browser(ui: UI):
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1000"):
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1800,1100"):
         options.add_argument(argument)
     chromium = next(path for path in map(shutil.which, CHROMIUM) if path)
     options.binary_location = chromium
@@ -135,12 +135,13 @@ def browser(ui: UI):
         driver.quit()
 
 
-def show(driver, url: str, *texts: str, timeout: float = 90) -> str:
-    """Open ``url`` and wait until the page shows every one of ``texts``; returns the page's text."""
+def show(driver, url: str | None, *texts: str, timeout: float = 90) -> str:
+    """Open ``url`` (None: stay) and wait until the page shows every one of ``texts``; returns the page's text."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    driver.get(url)
+    if url:
+        driver.get(url)
     try:
         WebDriverWait(driver, timeout, poll_frequency=0.5).until(
             lambda d: all(text in d.find_element("tag name", "body").text for text in texts))
@@ -151,6 +152,9 @@ def show(driver, url: str, *texts: str, timeout: float = 90) -> str:
 
 
 def screenshot(driver, ui: UI, name: str) -> Path:
+    for close in driver.find_elements("css selector", 'button[aria-label="Close"]'):  # the assistant side panel
+        if close.is_displayed():
+            close.click()
     path = ui.screenshots / f"{name}.png"
     assert driver.save_screenshot(str(path)) and path.stat().st_size > 10_000
     return path
@@ -164,9 +168,15 @@ def test_runs_page_lists_the_study(ui: UI, browser, tiny_study: TinyStudy) -> No
 
 
 def test_chart_view_compares_the_chains_of_one_seed(ui: UI, browser) -> None:
-    query = urllib.parse.urlencode({"searchFilter": SEED0_CHAINS, "compareRunsMode": "CHART"})
-    text = show(browser, f"{runs_page_url(ui.experiment_id, ui.url)}&{query}", "retrained_accuracy",
-                "babi-1/bilstm-attention/attention/recursive/s0")
+    url = f"{runs_page_url(ui.experiment_id, ui.url)}&{urllib.parse.urlencode({'searchFilter': SEED0_CHAINS})}"
+    show(browser, url, "5 matching runs")  # the 4 chains of seed 0 and the study run they nest under
+    for expand in browser.find_elements("css selector", 'button[data-component-id*="runnamecellrenderer"]'):
+        expand.click()  # the chart view draws the runs the table shows: unfold the study run
+    show(browser, url, "babi-1/bilstm-attention/attention/recursive/s0")
+    show(browser, f"{url}&compareRunsMode=CHART", "Model metrics")  # charts below the fold render when scrolled to
+    browser.find_element("css selector", 'input[placeholder="Search metric charts"]').send_keys("retrained_accuracy")
+    text = show(browser, None, "retrained_accuracy",
+                "babi-1/bilstm-attention/attention/recursive/s0 (retrained_accuracy)")
     assert "babi-1/bilstm-attention/random/recursive/s0" in text
     assert "recursive/s1" not in text  # the search string kept seed 0 only
     screenshot(browser, ui, "chart-seed0")
