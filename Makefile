@@ -22,7 +22,8 @@ run: setup
 	echo "[roar] make run: $$(( $$(date +%s) - start )) s" && \
 	echo "[roar] report: reports/racu.csv, reports/curves.csv, reports/points.csv" && \
 	if [ -n "$$MLFLOW_TRACKING_URI" ]; then echo "[roar] MLflow: $$MLFLOW_TRACKING_URI"; \
-	else echo "[roar] MLflow UI: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1"; fi
+	else echo "[roar] MLflow UI: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1"; fi && \
+	echo "[roar] the study's runs: $$(roar mlflow-url)"
 
 # Another study side by side: `make study STUDY=rotten-tomatoes` (folders under studies/, `roar study list`).
 study: setup

@@ -16,7 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from roar.data.storage import DatasetMeta, Split, read_dataset, vocab_size, write_dataset
+from roar.data.storage import (
+    DatasetMeta,
+    Split,
+    read_dataset,
+    vocab_size,
+    write_dataset,
+)
 from roar.errors import RoarError
 from roar.faults import at_step, failpoint
 from roar.fileio import content_hash, fingerprint
@@ -138,6 +144,7 @@ class ChainRunner(Runner):
             for k in self.study.steps:
                 record, previous = self._chain_step(chain_run, ctx, k, previous)
                 records.append(record)
+            self.tracker.log_curve(chain_run, [(r.k, r.metric, r.value) for r in records], ctx.base.model_dir)
         return records
 
     def _chain_context(self, spec: ChainSpec) -> _ChainContext:

@@ -100,7 +100,8 @@ def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."
             model: str = typer.Option("bilstm-attention", help="Model whose tokenisation to use."),
             params: Path = PARAMS) -> None:
     """Prepare DATASET for MODEL (tokenize, splits) and its all-masked (k = 100) copy."""
-    from roar.data.prepare import PrepareConfig, prepare as prepare_dataset
+    from roar.data.prepare import PrepareConfig
+    from roar.data.prepare import prepare as prepare_dataset
     from roar.masking import write_all_masked
     from roar.params import section
     from roar.paths import Layout
@@ -343,7 +344,8 @@ def jobs(wait: bool = typer.Option(False, "--wait/--no-wait", help="Wait until e
          poll: float = typer.Option(10.0, min=0.1, help="Seconds between state checks.")) -> None:
     """Show the states of the last Slurm submission's jobs (`roar pipeline --executor slurm`)."""
     from roar.errors import RoarError
-    from roar.slurm import check_cluster, last_submission, refresh, summary, wait as wait_jobs
+    from roar.slurm import check_cluster, last_submission, refresh, summary
+    from roar.slurm import wait as wait_jobs
 
     check_cluster()
     submission = last_submission(Path("."))
@@ -409,8 +411,7 @@ app.add_typer(study_app, name="study")
 def study_list() -> None:
     """The studies of this project, each with its folder and study name."""
     from roar.params import load_params
-    from roar.paths import project_root
-    from roar.paths import STUDIES
+    from roar.paths import STUDIES, project_root
     from roar.studies import DEFAULT, study_names
 
     root = project_root()
@@ -441,6 +442,15 @@ def study_sync() -> None:
     written = sync_studies(root)
     typer.echo("\n".join(f"{folder.relative_to(root)}/dvc.yaml: regenerated" for folder in written)
                or "every study dvc.yaml is up to date")
+
+@command("mlflow-url")
+def mlflow_url(params: Path = PARAMS,
+               base: str = typer.Option("http://127.0.0.1:5000", help="Where `mlflow ui` or the server answers.")) -> None:
+    """Print the MLflow UI page of the study's runs (the model-training view, not MLflow 3's GenAI overview)."""
+    from roar.params import study_from_params
+    from roar.tracking import study_runs_url
+
+    typer.echo(study_runs_url(study_from_params(_load(params)).name, base))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ without a tracking store (unit tests, scripts), keeping the run tree it was give
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ class RunTracker(Protocol):
 
     def set_tag(self, run_id: str, key: str, value: str) -> None: ...
 
+    def log_curve(self, chain_run: str, points: list[tuple[int, str, float]], k0_model: Path | None = None) -> None: ...
+
 
 @dataclass
 class TrackedRun:
@@ -56,6 +59,17 @@ class TrackedRun:
     metrics: dict = field(default_factory=dict)  # name -> [(step, value)]
     datasets: list = field(default_factory=list)  # (name, digest, context)
     status: str = "RUNNING"
+
+
+def curve_points(points: list[tuple[int, str, float]], k0_model: Path | None = None) -> list[tuple[int, str, float]]:
+    """A chain's retrained curve as (k, metric, value): ``points``, led by the k = 0 point from the k = 0
+    model's ``result.json`` when ``k0_model`` is given and has one."""
+    points = list(points)
+    result = k0_model / "result.json" if k0_model is not None else None
+    if result is not None and result.is_file():
+        k0 = json.loads(result.read_text())
+        points.insert(0, (0, k0["metric"], float(k0["test_metric"])))
+    return points
 
 
 @dataclass
@@ -89,6 +103,10 @@ class NullTracker:
 
     def set_tag(self, run_id: str, key: str, value: str) -> None:
         self.runs[run_id].tags[key] = value
+
+    def log_curve(self, chain_run: str, points: list[tuple[int, str, float]], k0_model: Path | None = None) -> None:
+        for k, metric, value in curve_points(points, k0_model):
+            self.log_metrics(chain_run, {f"retrained_{metric}": value}, step=k)
 
     def of_kind(self, kind: str) -> dict[str, TrackedRun]:
         return {run_id: run for run_id, run in self.runs.items() if run.kind == kind}

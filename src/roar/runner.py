@@ -71,6 +71,7 @@ class Runner:
 
         config = self.train_config(model, meta.name)
         with self.tracker.run("train", f"train {tags.get('roar.k')}", step_run, tags, config.params()) as run_id:
+            self.tracker.log_dataset(run_id, f"{meta.name}-k{tags['roar.k']}", data_dir, tags["roar.data_hash"], "train")
             vocab = json.loads((data_dir / "vocab.json").read_text())
             n_vocab = len(vocab)
             def log_epoch(entry: dict) -> None:  # live, so that each epoch carries its own timestamp
@@ -104,6 +105,7 @@ class Runner:
                 point, model_hash = self._train_and_save(step_run, tags, meta, data_dir, splits, model, seed, out)
                 leak = leakage(splits, meta, read_vocab(data_dir), seed)
                 self.tracker.log_metrics(step_run, {point.metric: point.value, **leak})
+            self.tracker.log_curve(chain_run, [(k, point.metric, point.value)])
         record = StepRecord(dataset, model, "shared", None, self.study.strategy, seed, k, **asdict(point),
                             leakage=leak, data_hash=data_hash, model_hash=model_hash, data_path=str(data_dir),
                             model_path=str(out), chain_run_id=chain_run, step_run_id=step_run,

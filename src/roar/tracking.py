@@ -2,7 +2,9 @@
 
 study -> chain -> step -> (importance, train). Every DVC stage is its own process, so children
 name their parent with the standard ``mlflow.parentRunId`` tag instead of MLflow's in-process
-run stack. Runs carry the ``roar.*`` tags of DESIGN §4.
+run stack. Runs carry the ``roar.*`` tags of DESIGN §4 and MLflow's standard source tags (so that its UI fills
+the Source column); a chain run carries its curve as a metric history over k, which MLflow's
+chart and compare views draw side by side.
 """
 
 from __future__ import annotations
@@ -12,12 +14,18 @@ import json
 import os
 import socket
 import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 KINDS = ("study", "chain", "step", "importance", "train", "report")
 PARENT_TAG = "mlflow.parentRunId"
 PROCESS_TAG = "roar.process"  # host:pid:start-time of the process that owns a RUNNING run
+STUDY_RUN_TAG = "roar.study_run"  # the study run a run belongs to, however deep it is nested
+LAUNCH_KIND = "launch"  # roar.kind given to the run of an `mlflow run` entry point that roar's runs nest under
+# MLflow 3's UI reads this experiment tag to tell a model-training experiment from a GenAI one
+# (MLflow 3.17's UI takes the kind from its GenAI / Model training switch instead; see runs_page_url).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
 def process_identity(pid: int | None = None) -> str:
@@ -106,6 +114,58 @@ def git_commit(root: Path = Path(".")) -> str:
     return commit + ("-dirty" if dirty else "")
 
 
+def git_origin(root: Path = Path(".")) -> str:
+    """The URL of the ``origin`` remote ('' when there is none or outside git)."""
+    try:
+        return subprocess.run(["git", "remote", "get-url", "origin"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def entry_point(argv: list[str] | None = None) -> str:
+    """The command that made a run: the ``roar`` subcommand (``chain``, ``report``, ...), else the program."""
+    argv = sys.argv if argv is None else argv
+    program = Path(argv[0]).name if argv else ""
+    if program == "roar" and len(argv) > 1:
+        return argv[1]
+    return program or "python"
+
+
+def source_tags(commit: str, root: Path = Path(".")) -> dict[str, str]:
+    """MLflow's standard source tags of a run made in the workspace ``root`` at ``commit`` (``-dirty`` allowed):
+    the UI shows ``<source name>:<entry point>`` and the commit in its Source column and run page."""
+    origin = git_origin(root)
+    tags = {"mlflow.source.type": "PROJECT", "mlflow.source.name": origin or str(root.resolve()),
+            "mlflow.project.entryPoint": entry_point()}
+    if commit:
+        tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
+    if origin:
+        tags["mlflow.source.git.repoURL"] = origin
+    return tags
+
+
+def runs_page_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI page listing an experiment's runs. ``workflowType=machine_learning`` makes MLflow 3.17's
+    UI open its model-training views (its default, kept per browser, is the GenAI overview)."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def study_runs_url(experiment: str, base: str = "http://127.0.0.1:5000", root: Path = Path(".")) -> str:
+    """:func:`runs_page_url` of the experiment named ``experiment`` in this workspace's tracking store."""
+    from mlflow.tracking import MlflowClient
+
+    from roar.errors import RoarError
+
+    uri = tracking_uri(root)
+    check_server(uri)
+    found = MlflowClient(uri).get_experiment_by_name(experiment)
+    if found is None:
+        raise RoarError(f"no MLflow experiment {experiment!r} in {uri}; run the study first (`make run` or "
+                        "`roar pipeline`)")
+    return runs_page_url(found.experiment_id, base)
+
+
 class Tracker:
     """Thin layer over ``MlflowClient`` for runs with explicit parents and roar tags."""
 
@@ -121,8 +181,12 @@ class Tracker:
         check_server(self.uri)
         self.client = MlflowClient(self.uri)
         self.commit = git_commit(root)
+        self.source = source_tags(self.commit, root)
         with _lock(root):
             self.experiment_id = self._experiment_id(experiment)
+        self.study_run_id: str | None = None  # set by study_run()
+        self.launch_run = self._launch_run()
+        self._launch_nested = False
         self.end_orphans()
 
     def _experiment_id(self, name: str) -> str:
@@ -132,16 +196,36 @@ class Tracker:
 
         found = self.client.get_experiment_by_name(name)
         if found:
+            if EXPERIMENT_KIND_TAG not in found.tags:  # an experiment made by an older roar or by hand
+                self.client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return found.experiment_id
         from roar.paths import project_root
 
         location = (project_root(self.root) / "mlartifacts" / name).as_uri() if is_local_store(self.uri) else None
         try:
-            return self.client.create_experiment(name, artifact_location=location)
+            return self.client.create_experiment(name, artifact_location=location,
+                                                 tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         except MlflowException as error:
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
             return self.client.get_experiment_by_name(name).experiment_id
+
+    def _launch_run(self) -> str | None:
+        """The run that ``mlflow run`` made for the entry point that started this process (``MLFLOW_RUN_ID``),
+        when it is in the study's experiment; roar's runs then nest under it. MLflow's UI nests runs only
+        within one experiment, so a run elsewhere (``mlflow run`` without ``--experiment-name``) is named
+        in one line and left alone."""
+        run_id = os.environ.get("MLFLOW_RUN_ID")
+        if not run_id:
+            return None
+        experiment = self.client.get_run(run_id).info.experiment_id
+        if experiment != self.experiment_id:
+            name = self.client.get_experiment(self.experiment_id).name
+            print(f"[roar] MLFLOW_RUN_ID={run_id} is a run of experiment {experiment}, not of the study's "
+                  f"experiment {name!r}; to nest the study's runs under it: mlflow run . --experiment-name {name} ...",
+                  file=sys.stderr)
+            return None
+        return run_id
 
     def end_orphans(self) -> list[str]:
         """Mark KILLED every RUNNING run whose owning process (on this host) is gone: a stage or
@@ -160,14 +244,28 @@ class Tracker:
         """Create a running run of ``kind`` under ``parent``; returns its id."""
         if kind not in KINDS:
             raise ValueError(f"unknown run kind {kind!r}; allowed: {', '.join(KINDS)}")
-        all_tags = {"roar.kind": kind, "roar.git_commit": self.commit, "mlflow.runName": name,
+        all_tags = {**self.source, "roar.kind": kind, "roar.git_commit": self.commit, "mlflow.runName": name,
                     PROCESS_TAG: process_identity(), **{k: str(v) for k, v in tags.items()}}
+        if self.study_run_id and kind != "study":
+            all_tags[STUDY_RUN_TAG] = self.study_run_id
+        if parent and parent == self.study_run_id and self.launch_run:
+            parent = self._nest_launch_run(parent)
         if parent:
             all_tags[PARENT_TAG] = parent
         run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name)
         if params:
             self.log_params(run.info.run_id, params)
         return run.info.run_id
+
+    def _nest_launch_run(self, study_run: str) -> str:
+        """Put the ``mlflow run`` entry point's run under the study run (once) and return it: the runs
+        this process would hang under the study run go under it instead."""
+        if not self._launch_nested:
+            for key, value in ((PARENT_TAG, study_run), (STUDY_RUN_TAG, study_run), ("roar.kind", LAUNCH_KIND),
+                               ("roar.git_commit", self.commit)):
+                self.client.set_tag(self.launch_run, key, value)
+            self._launch_nested = True
+        return self.launch_run
 
     def log_params(self, run_id: str, params: dict) -> None:
         from mlflow.entities import Param
@@ -193,6 +291,43 @@ class Tracker:
     def set_tag(self, run_id: str, key: str, value: str) -> None:
         self.client.set_tag(run_id, key, value)
 
+    def log_curve(self, chain_run: str, points: list[tuple[int, str, float]], k0_model: Path | None = None) -> None:
+        """A chain's retrained curve (:func:`roar.run_tracker.curve_points`) as the metric history
+        ``retrained_<metric>`` with step = k, beside the no-retrain curves' ``k0_model_<metric>`` and
+        ``previous_model_<metric>``."""
+        from roar.run_tracker import curve_points
+
+        for k, metric, value in curve_points(points, k0_model):
+            self.log_metrics(chain_run, {f"retrained_{metric}": value}, step=k)
+
+    def log_chain_racu(self, per_seed) -> list[str]:
+        """Each chain's per-seed RACU (rows of ``racu_seeds.csv``) as metrics of the chain's latest finished
+        run in this study: ``racu`` and ``racu_unclipped`` for the retrained curve, ``racu_<curve>`` and
+        ``racu_unclipped_<curve>`` (``k0_model``, ...) for the others. Returns the runs that got metrics."""
+        import math
+
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`roar.kind` = 'chain' and tags.`{STUDY_RUN_TAG}` = '{self.study_run_id}' "
+            "and attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"], max_results=50_000)
+        latest: dict[tuple, str] = {}
+        for run in runs:
+            tags = run.data.tags
+            key = tuple(tags.get(f"roar.{name}", "") for name in ("dataset", "model", "measure", "recursive", "seed"))
+            latest.setdefault(key, run.info.run_id)
+        metrics: dict[str, dict] = {}
+        for row in per_seed.to_dict("records"):
+            run_id = latest.get((row["dataset"], row["model"], row["measure"], str(row["recursive"]).lower(),
+                                 str(row["seed"])))
+            if run_id is None:
+                continue
+            suffix = "" if row["curve"] == "retrained" else "_" + row["curve"].replace("-", "_")
+            for name in ("racu", "racu_unclipped"):
+                if not math.isnan(row[name]):
+                    metrics.setdefault(run_id, {})[name + suffix] = row[name]
+        for run_id, values in metrics.items():
+            self.log_metrics(run_id, values)
+        return sorted(metrics)
+
     def end(self, run_id: str, failed: bool = False) -> None:
         self.client.set_terminated(run_id, "FAILED" if failed else "FINISHED")
 
@@ -214,6 +349,10 @@ class Tracker:
         a study run that a single stage creates (plain ``dvc repro``) only groups the stages' runs
         and ends FINISHED at once (no process outlives it to end it later).
         """
+        self.study_run_id = self._study_run(study_name, study_key, params, owned)
+        return self.study_run_id
+
+    def _study_run(self, study_name: str, study_key: str, params: dict, owned: bool) -> str:
         if os.environ.get("ROAR_STUDY_RUN_ID") and not owned:
             return os.environ["ROAR_STUDY_RUN_ID"]
         # one study run per workspace: teammates' clones that share a tracking server do not merge
@@ -238,11 +377,11 @@ class Tracker:
 
 
 def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str:
-    """A ``report`` run under the study run: RACU values as metrics, tables and figures as artifacts."""
+    """A ``report`` run under the study run: RACU values as metrics, tables and figures as artifacts; each
+    chain run of the study gets its per-seed RACU (``reports/racu_seeds.csv``) as metrics."""
     import pandas as pd
 
-    from roar.params import study_from_params
-    from roar.params import study_fingerprint
+    from roar.params import study_fingerprint, study_from_params
 
     study = study_from_params(params)
     tracker = Tracker(study.name, root)
@@ -262,6 +401,8 @@ def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str
                 tracker.client.log_artifact(run_id, str(path))
         if (reports / "figures").is_dir():
             tracker.client.log_artifacts(run_id, str(reports / "figures"), "figures")
+        if (reports / "racu_seeds.csv").is_file():
+            tracker.log_chain_racu(pd.read_csv(reports / "racu_seeds.csv"))
     return run_id
 
 

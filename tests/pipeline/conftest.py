@@ -29,7 +29,7 @@ def project_env(root: Path | None = None, **extra: str) -> dict:
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **extra}
     if root is not None:
         env["PYTHONPATH"] = str(root / "src")
-    for name in ("MLFLOW_TRACKING_URI", "ROAR_STUDY_RUN_ID", "ROAR_FAILPOINT"):
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "ROAR_STUDY_RUN_ID", "ROAR_FAILPOINT"):
         if name not in extra:
             env.pop(name, None)
     return env

@@ -1,0 +1,82 @@
+"""The MLflow tags that the UI reads: experiment kind, source, curves, RACU, and nesting under `mlflow run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from roar.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, entry_point, runs_page_url
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.delenv("ROAR_STUDY_RUN_ID", raising=False)
+    return tmp_path
+
+
+def test_experiment_kind_source_tags_and_curve(store: Path) -> None:
+    tracker = Tracker("study-a", store)
+    assert tracker.client.get_experiment(tracker.experiment_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+    study = tracker.study_run("study-a", "key", {})
+    tags = {"roar.dataset": "babi-1", "roar.model": "m", "roar.measure": "attention", "roar.recursive": "true",
+            "roar.seed": "0"}
+    with tracker.run("chain", "c", study, tags) as chain:
+        pass
+    run = tracker.client.get_run(chain)
+    assert run.data.tags["roar.study_run"] == study and run.data.tags["mlflow.parentRunId"] == study
+    assert run.data.tags["mlflow.source.type"] == "PROJECT"
+    assert run.data.tags["mlflow.source.name"] == str(store.resolve())
+    k0 = store / "k0"
+    k0.mkdir()
+    (k0 / "result.json").write_text('{"metric": "accuracy", "test_metric": 0.9}')
+    tracker.log_curve(chain, [(40, "accuracy", 0.5), (70, "accuracy", 0.3)], k0)
+    history = tracker.client.get_metric_history(chain, "retrained_accuracy")
+    assert [(m.step, m.value) for m in history] == [(0, 0.9), (40, 0.5), (70, 0.3)]
+    per_seed = pd.DataFrame([
+        {"dataset": "babi-1", "model": "m", "measure": "attention", "recursive": True, "seed": 0,
+         "curve": "retrained", "racu": 0.75, "racu_unclipped": 0.75},
+        {"dataset": "babi-1", "model": "m", "measure": "attention", "recursive": True, "seed": 0,
+         "curve": "k0-model", "racu": float("nan"), "racu_unclipped": -1.5},
+        {"dataset": "babi-1", "model": "m", "measure": "attention", "recursive": True, "seed": 1,
+         "curve": "retrained", "racu": 0.1, "racu_unclipped": 0.1}])  # seed 1 has no chain run: left out
+    assert tracker.log_chain_racu(per_seed) == [chain]
+    assert tracker.client.get_run(chain).data.metrics == {
+        "retrained_accuracy": 0.3, "racu": 0.75, "racu_unclipped": 0.75, "racu_unclipped_k0_model": -1.5}
+    # an experiment made without the kind (older roar, or by hand) gets it
+    other = tracker.client.create_experiment("study-b")
+    assert EXPERIMENT_KIND_TAG not in tracker.client.get_experiment(other).tags
+    Tracker("study-b", store)
+    assert tracker.client.get_experiment(other).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+
+
+def test_runs_nest_under_the_mlflow_run_entry_point(store: Path, monkeypatch, capsys) -> None:
+    first = Tracker("study-a", store)
+    study = first.study_run("study-a", "key", {})
+    launch = first.client.create_run(first.experiment_id, tags={"mlflow.project.entryPoint": "chain"}).info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", launch)
+    tracker = Tracker("study-a", store)
+    assert tracker.study_run("study-a", "key", {}) == study
+    chains = [tracker.start("chain", f"c{i}", study, {}) for i in range(2)]
+    step = tracker.start("step", "k=10", chains[0], {})
+    parent = {r: tracker.client.get_run(r).data.tags["mlflow.parentRunId"] for r in (*chains, step, launch)}
+    assert parent == {chains[0]: launch, chains[1]: launch, step: chains[0], launch: study}
+    assert tracker.client.get_run(launch).data.tags["roar.kind"] == "launch"
+    # a run of another experiment (`mlflow run` without --experiment-name) is named, not nested under
+    elsewhere = first.client.create_run("0").info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", elsewhere)
+    tracker = Tracker("study-a", store)
+    assert "--experiment-name study-a" in capsys.readouterr().err
+    chain = tracker.start("chain", "c", tracker.study_run("study-a", "key", {}), {})
+    assert tracker.client.get_run(chain).data.tags["mlflow.parentRunId"] == study
+    assert "mlflow.parentRunId" not in tracker.client.get_run(elsewhere).data.tags
+
+
+def test_entry_point_and_runs_page() -> None:
+    assert entry_point(["/venv/bin/roar", "chain", "babi-1"]) == "chain"
+    assert entry_point(["/venv/bin/pytest", "-q"]) == "pytest"
+    assert runs_page_url("7", "http://127.0.0.1:5000/") == \
+        "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
