@@ -149,8 +149,7 @@ class ChainRunner(Runner):
 
     def _chain_context(self, spec: ChainSpec) -> _ChainContext:
         """Check the chain can run, drop steps of ks no longer studied, and gather what its steps share."""
-        from roar.importance.registry import check_supported
-        from roar.registry import measure_module
+        from roar.registry import check_supported, measure_module
 
         check_supported(spec.measure, spec.model)
         store = chain_store(self.layout, spec)

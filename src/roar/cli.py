@@ -156,9 +156,10 @@ def chain(dataset: str, model: str, measure: str, seed: int,
     """Run every ROAR step of one chain (importance -> mask -> train), resuming finished steps."""
     from roar.checks import check_model_folder
     from roar.data.storage import check_dataset
-    from roar.importance.registry import check_supported, measure_class
+    from roar.importance.registry import measure_class
     from roar.params import section
     from roar.paths import Layout
+    from roar.registry import check_supported
 
     _check_names(measure=measure, dataset=dataset, model=model)
     loaded = _load(params)

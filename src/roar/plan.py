@@ -108,7 +108,7 @@ def _prepared_size(folder: Path) -> DataSize:
 
 def supported(measure: str, model: str) -> bool:
     """Whether the chain of ``measure`` runs for ``model`` (else its stage only writes a note)."""
-    from roar.importance.registry import check_supported
+    from roar.registry import check_supported
 
     try:
         check_supported(measure, model)

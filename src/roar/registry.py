@@ -49,8 +49,9 @@ MODEL_FAMILIES: dict[str, ModelFamily] = {f.name: f for f in (
 )}
 MODELS = tuple(MODEL_FAMILIES)
 
-# Each measure's class (``module:Class``), imported by name when the measure is used; the class
-# declares its parameters and needs (roar.importance.base.ImportanceMeasure).
+# Each measure's class (``module:Class``), imported by name when the measure is used (the class declares
+# its parameters: roar.importance.base.ImportanceMeasure), and the model-family capabilities it needs
+# (read here without importing the measure, so that the report stage does not run measure code).
 MEASURES_BY_NAME: dict[str, str] = {
     "random": "roar.importance.random:RandomImportance",
     "attention": "roar.importance.attention:AttentionImportance",
@@ -61,6 +62,7 @@ MEASURES_BY_NAME: dict[str, str] = {
     "occlusion": "roar.importance.occlusion:OcclusionImportance",
     "kernel-shap": "roar.importance.kernel_shap:KernelShapImportance",
 }
+MEASURE_REQUIRES: dict[str, frozenset[str]] = {"attention": frozenset({"attention"})}  # the rest need none
 MEASURES = tuple(MEASURES_BY_NAME)
 
 # Masking strategies (roar.masking): k percent of each example's maskable tokens, or k tokens.
@@ -84,3 +86,20 @@ def measure_target(name: str) -> str:
 def measure_module(name: str) -> str:
     """The module that implements the measure ``name`` (what its steps' code fingerprint holds)."""
     return measure_target(name).partition(":")[0]
+
+
+def measure_requires(name: str) -> frozenset[str]:
+    """The capabilities (:data:`CAPABILITIES`) a model family needs for the measure ``name``."""
+    measure_target(name)
+    return MEASURE_REQUIRES.get(name, frozenset())
+
+
+def check_supported(measure: str, model: str) -> None:
+    """Raise a one-line error if ``measure`` needs a capability that the family ``model`` lacks, e.g.
+    attention weights."""
+    needs = measure_requires(measure)
+    missing = sorted(needs - model_family(model).capabilities)
+    if missing:
+        having = [f.name for f in MODEL_FAMILIES.values() if needs <= f.capabilities]
+        raise ValueError(f"importance measure {measure!r} is not defined for model {model!r}: it needs "
+                         f"{', '.join(missing)}, which {model} lacks; models with it: {', '.join(having) or 'none'}")

@@ -13,7 +13,12 @@ import pandas as pd
 
 from roar.params import Study
 from roar.paths import mode_name, mode_title
-from roar.racu import BOOTSTRAP_RESAMPLES, MIN_BOOTSTRAP_VALUES, mean_interval, racu_seed
+from roar.racu import (
+    BOOTSTRAP_RESAMPLES,
+    MIN_BOOTSTRAP_VALUES,
+    mean_interval,
+    racu_seed,
+)
 from roar.step_record import StepRecord
 
 POINT_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "seed", "k", "metric", "value"]
@@ -83,7 +88,7 @@ def expected_ks(study: Study) -> list[int]:
 def racu_chains(study: Study) -> list[tuple[str, str, str, bool]]:
     """``(dataset, model, measure, recursive)`` of every chain of the study that should get a RACU
     (every measure but random, skipping measures undefined for the model: those have no chain at all)."""
-    from roar.importance.registry import check_supported
+    from roar.registry import check_supported
 
     chains = []
     for dataset in study.datasets:

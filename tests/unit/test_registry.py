@@ -45,7 +45,7 @@ def test_a_registered_family_builds_by_its_builder_and_refuses_what_it_lacks(sin
 
 
 def test_measures_check_the_family_capabilities(single_only):
-    from roar.importance.registry import check_supported
+    from roar.registry import check_supported
 
     check_supported("gradient", single_only.name)
     with pytest.raises(ValueError, match="'attention' is not defined for model 'tiny-single': it needs attention"):

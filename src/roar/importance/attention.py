@@ -16,7 +16,6 @@ class AttentionImportance:
     name = "attention"
     needs_model = True
     explains_class = False
-    requires = frozenset({"attention"})  # the family's forward pass returns attention weights
 
 
     @classmethod

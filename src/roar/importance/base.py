@@ -48,13 +48,11 @@ class ImportanceMeasure(Protocol):
         name: the measure's name in :data:`roar.registry.MEASURES_BY_NAME`.
         needs_model: whether ``attribute`` reads the model (else it gets None).
         explains_class: whether it explains the logit of one class (``importance.target``).
-        requires: model-family capabilities it needs (:data:`roar.registry.CAPABILITIES`).
     """
 
     name: str
     needs_model: bool
     explains_class: bool
-    requires: frozenset[str]
 
     @classmethod
     def from_params(cls, params: dict, context: MeasureContext) -> ImportanceMeasure:

@@ -21,7 +21,6 @@ class GradientImportance:
     name = "gradient"
     needs_model = True
     explains_class = True
-    requires = frozenset()
 
 
     @classmethod

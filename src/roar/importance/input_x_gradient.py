@@ -16,7 +16,6 @@ class InputXGradientImportance:
     name = "input-x-gradient"
     needs_model = True
     explains_class = True
-    requires = frozenset()
 
 
     @classmethod

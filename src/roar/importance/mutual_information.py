@@ -51,7 +51,6 @@ class MutualInformationImportance:
     name = "mutual-information"
     needs_model = False
     explains_class = False
-    requires = frozenset()
 
     def __init__(self, train_split: Split, vocab_size: int, n_classes: int):
         self.table = torch.from_numpy(word_label_mutual_information(train_split, vocab_size, n_classes))

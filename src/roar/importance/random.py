@@ -37,7 +37,6 @@ class RandomImportance:
     name = "random"
     needs_model = False
     explains_class = False
-    requires = frozenset()
 
     def __init__(self, seed: int = 0):
         self.seed = seed

@@ -1,8 +1,9 @@
 """Build an importance measure by name: each measure's module is imported only when it is used.
 
 The names and ``module:Class`` of every measure are in :data:`roar.registry.MEASURES_BY_NAME`; each
-class declares its parameters (``from_params``) and needs (``needs_model``, ``explains_class``,
-``requires``; see :class:`roar.importance.base.ImportanceMeasure`).
+class declares its parameters (``from_params``) and needs (``needs_model``, ``explains_class``; see
+:class:`roar.importance.base.ImportanceMeasure`); the model capabilities a measure needs are registry
+data (:func:`roar.registry.check_supported`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 from roar.importance.base import ImportanceMeasure, MeasureContext
-from roar.registry import MODEL_FAMILIES, measure_target, model_family
+from roar.registry import measure_target
 
 
 def measure_class(name: str) -> type[ImportanceMeasure]:
@@ -39,13 +40,3 @@ def model_passes(name: str, params: dict | None = None) -> int:
         return 0
     passes = getattr(cls, "model_passes", None)
     return 1 if passes is None else passes(dict(params or {}))
-
-
-def check_supported(measure: str, model: str) -> None:
-    """Raise a one-line error if ``measure`` needs a capability (:data:`roar.registry.CAPABILITIES`)
-    that the family ``model`` lacks, e.g. attention weights."""
-    missing = sorted(measure_class(measure).requires - model_family(model).capabilities)
-    if missing:
-        having = [f.name for f in MODEL_FAMILIES.values() if measure_class(measure).requires <= f.capabilities]
-        raise ValueError(f"importance measure {measure!r} is not defined for model {model!r}: it needs "
-                         f"{', '.join(missing)}, which {model} lacks; models with it: {', '.join(having) or 'none'}")
