@@ -1,7 +1,7 @@
 """The chain of evidence behind one curve point, checked against ``dvc.lock``.
 
 For each step from k = 0 to the point: the DVC stage, the masked dataset's and the model's
-files with the md5 that ``dvc.lock`` (through the output's ``.dir`` manifest in the DVC cache)
+files with the md5 that ``dvc.lock`` (through the output's ``.dir`` manifest, read with DVC's API)
 records, our sha256 content hashes, the stage's parameters, the MLflow run ids and the git
 commit. Any workspace file whose md5 differs from the lock is reported as stale or tampered.
 """
@@ -41,8 +41,23 @@ class Evidence:
     value: float | None = None
 
 
+def _manifest(root: Path, md5: str) -> list[tuple[str, str]]:
+    """(relpath, md5) of each file in the ``.dir`` manifest ``md5``, read from the project's DVC cache through
+    DVC's API (so a ``cache.dir`` outside the project, or a shared cache, works as DVC itself resolves it)."""
+    from dvc.repo import Repo
+    from dvc_data.hashfile.hash_info import HashInfo
+    from dvc_data.hashfile.tree import Tree
+
+    with Repo(str(root)) as repo:
+        odb = repo.cache.local
+        if not odb.exists(md5):
+            raise FileNotFoundError(odb.oid_to_path(md5))
+        tree = Tree.load(odb, HashInfo("md5", md5))
+    return [("/".join(key), entry_hash.value) for key, _, entry_hash in tree]
+
+
 def _locked_files(root: Path, lock: dict, stage: str, target: Path) -> dict[str, str]:
-    """md5 of every file under ``target`` as ``dvc.lock`` records it (via the ``.dir`` manifest)."""
+    """md5 of every file under ``target`` as ``dvc.lock`` records it (via the output's ``.dir`` manifest)."""
     entry = lock.get("stages", {}).get(stage)
     if entry is None:
         raise AuditError(f"stage {stage} is not in dvc.lock; run `dvc repro` first")
@@ -53,12 +68,14 @@ def _locked_files(root: Path, lock: dict, stage: str, target: Path) -> dict[str,
             md5 = out["md5"]
             if not md5.endswith(".dir"):
                 return {str(out_path): md5}
-            manifest = root / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
-            if not manifest.is_file():
-                raise AuditError(f"the DVC cache lacks the manifest of {out_path} ({md5}); run `dvc pull {stage}`")
+            try:
+                manifest = _manifest(root, md5)
+            except FileNotFoundError:
+                raise AuditError(f"the DVC cache lacks the manifest of {out_path} ({md5}); "
+                                 f"run `dvc pull {stage}`") from None
             inner = rel.relative_to(out_path)
-            return {str(out_path / e["relpath"]): e["md5"] for e in json.loads(manifest.read_text())
-                    if Path(e["relpath"]) == inner or inner in Path(e["relpath"]).parents or str(inner) == "."}
+            return {str(out_path / relpath): file_md5 for relpath, file_md5 in manifest
+                    if Path(relpath) == inner or inner in Path(relpath).parents or str(inner) == "."}
     raise AuditError(f"{rel} is not an output of stage {stage} in dvc.lock")
 
 

@@ -149,6 +149,33 @@ def test_audit_point_and_tampering(project: Path) -> None:
         target.write_bytes(original)
 
 
+def test_audit_reads_the_cache_where_dvc_keeps_it(project: Path, tmp_path: Path) -> None:
+    """The audit reads the ``.dir`` manifests through DVC's API: a ``cache.dir`` outside the project (set in
+    ``.dvc/config.local``) works, and a manifest missing from that cache names the stage to pull."""
+    env = project_env(project)
+    cache, outside = project / ".dvc" / "cache", tmp_path / "dvc-cache"
+    chain = "recursive@babi-1-bilstm-attention-attention-1"
+    md5 = next(o["md5"] for o in yaml.safe_load((project / "dvc.lock").read_text())["stages"][chain]["outs"]
+               if o["path"].startswith("data/masked/"))
+    manifest = outside / "files" / "md5" / md5[:2] / md5[2:]
+    shutil.move(cache, outside)
+    try:
+        sh("dvc", "cache", "dir", "--local", str(outside), cwd=project, env=env)
+        out = sh("roar", "audit", "babi-1", "bilstm-attention", "attention", "1", "70", cwd=project, env=env)
+        assert "k=40 " in out and "all files match dvc.lock" in out
+        manifest.rename(manifest.with_name("moved-away"))
+        proc = subprocess.run(["roar", "audit", "babi-1", "bilstm-attention", "attention", "1", "70"], cwd=project,
+                              env=env, capture_output=True, text=True)
+        assert proc.returncode == 2
+        assert f"the DVC cache lacks the manifest of data/masked/babi-1/bilstm-attention/attention/recursive/s1 " \
+               f"({md5}); run `dvc pull {chain}`" in proc.stderr
+    finally:
+        if manifest.with_name("moved-away").exists():
+            manifest.with_name("moved-away").rename(manifest)
+        (project / ".dvc" / "config.local").unlink(missing_ok=True)
+        shutil.move(outside, cache)
+
+
 def test_report_reproduces_byte_identical_from_a_fresh_clone(project: Path, tmp_path: Path) -> None:
     commit(project, "study results")
     clone = project.parent / f"{project.name}-clone"
