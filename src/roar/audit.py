@@ -41,22 +41,18 @@ class Evidence:
     value: float | None = None
 
 
-def _manifest(root: Path, md5: str) -> list[tuple[str, str]]:
-    """(relpath, md5) of each file in the ``.dir`` manifest ``md5``, read from the project's DVC cache through
-    DVC's API (so a ``cache.dir`` outside the project, or a shared cache, works as DVC itself resolves it)."""
-    from dvc.repo import Repo
+def _manifest(cache, md5: str) -> list[tuple[str, str]]:
+    """(relpath, md5) of each file in the ``.dir`` manifest ``md5`` of DVC's local ``cache`` (an object
+    database from DVC's API, so a ``cache.dir`` outside the project or a shared cache works as in DVC)."""
     from dvc_data.hashfile.hash_info import HashInfo
     from dvc_data.hashfile.tree import Tree
 
-    with Repo(str(root)) as repo:
-        odb = repo.cache.local
-        if not odb.exists(md5):
-            raise FileNotFoundError(odb.oid_to_path(md5))
-        tree = Tree.load(odb, HashInfo("md5", md5))
-    return [("/".join(key), entry_hash.value) for key, _, entry_hash in tree]
+    if not cache.exists(md5):
+        raise FileNotFoundError(cache.oid_to_path(md5))
+    return [("/".join(key), entry_hash.value) for key, _, entry_hash in Tree.load(cache, HashInfo("md5", md5))]
 
 
-def _locked_files(root: Path, lock: dict, stage: str, target: Path) -> dict[str, str]:
+def _locked_files(root: Path, cache, lock: dict, stage: str, target: Path) -> dict[str, str]:
     """md5 of every file under ``target`` as ``dvc.lock`` records it (via the output's ``.dir`` manifest)."""
     entry = lock.get("stages", {}).get(stage)
     if entry is None:
@@ -69,7 +65,7 @@ def _locked_files(root: Path, lock: dict, stage: str, target: Path) -> dict[str,
             if not md5.endswith(".dir"):
                 return {str(out_path): md5}
             try:
-                manifest = _manifest(root, md5)
+                manifest = _manifest(cache, md5)
             except FileNotFoundError:
                 raise AuditError(f"the DVC cache lacks the manifest of {out_path} ({md5}); "
                                  f"run `dvc pull {stage}`") from None
@@ -99,6 +95,8 @@ def audit_point(root: Path, params: dict, dataset: str, model: str, measure: str
         AuditError: a file differs from ``dvc.lock``, or the lock or cache lacks the step.
         ValueError: the point is not part of the study.
     """
+    from dvc.repo import Repo
+
     study = study_from_params(params)
     layout = Layout(root)
     valid = [0, *study.steps] + ([study.end_k] if study.end_k else [])
@@ -108,6 +106,8 @@ def audit_point(root: Path, params: dict, dataset: str, model: str, measure: str
     if not lock_path.is_file():
         raise AuditError("dvc.lock not found; run `dvc repro` first")
     lock = yaml.safe_load(lock_path.read_text())
+    with Repo(str(root)) as repo:  # finds the project root above a study folder, and its cache.dir
+        cache = repo.cache.local
     chain_stage = f"{mode_name(recursive)}@{dataset}-{model}-{measure}-{seed}"
     ks = [0] + ([s for s in study.steps if s <= k] if recursive else [s for s in study.steps if s == k])
     if study.end_k and k == study.end_k:
@@ -132,8 +132,8 @@ def audit_point(root: Path, params: dict, dataset: str, model: str, measure: str
         record = StepRecord.read(record_path)
         ev = Evidence(k=step, stage=stage, data_path=str(data.relative_to(root)),
                       model_path=str(model_dir.relative_to(root)),
-                      data_files=_locked_files(root, lock, data_stage, data),
-                      model_files=_locked_files(root, lock, stage, model_dir),
+                      data_files=_locked_files(root, cache, lock, data_stage, data),
+                      model_files=_locked_files(root, cache, lock, stage, model_dir),
                       data_sha256=record.data_hash or "", model_sha256=record.model_hash or "",
                       params=lock["stages"][stage].get("params", {}).get("params.yaml", {}),
                       runs=record.run_ids(), git_commit=record.git_commit or "", metric=record.metric,

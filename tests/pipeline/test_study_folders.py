@@ -41,6 +41,12 @@ def test_the_study_keeps_its_own_outputs(project: Path) -> None:
     assert "prepare@babi-1-bilstm-attention" in sh("dvc", "status", "dvc.yaml", cwd=project)
 
 
+
+def test_audit_inside_a_study_folder(project: Path) -> None:
+    """The audit finds the DVC cache at the project root above the study folder (not ``<study>/.dvc/cache``)."""
+    out = sh("roar", "audit", "babi-1", "bilstm-attention", "attention", "0", "50", cwd=project / "studies" / "micro")
+    assert "k=0 " in out and "k=50 " in out and "all files match dvc.lock" in out
+
 def test_one_mlflow_store_with_the_study_run_tagged(project: Path) -> None:
     assert not (project / "studies/micro/mlflow.db").exists()
     runs = mlflow_runs(project, "micro")  # the project's mlflow.db
