@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -26,6 +27,17 @@ LAUNCH_KIND = "launch"  # roar.kind given to the run of an `mlflow run` entry po
 # MLflow 3's UI reads this experiment tag to tell a model-training experiment from a GenAI one
 # (MLflow 3.17's UI takes the kind from its GenAI / Model training switch instead; see runs_page_url).
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
+DATASET_ATTEMPTS = 5
+# what a SQL backend says when a concurrent insert took the row first (SQLite, PostgreSQL, MySQL)
+_UNIQUE_VIOLATION = re.compile(r"IntegrityError|UniqueViolation|unique constraint|Duplicate entry", re.IGNORECASE)
+
+
+def lost_insert_race(error: Exception) -> bool:
+    """Whether an MLflow store error is a unique-key violation, i.e. another process inserted the same
+    row between this one's lookup and its insert."""
+    return bool(_UNIQUE_VIOLATION.search(str(error)))
 
 
 def process_identity(pid: int | None = None) -> str:
@@ -281,12 +293,27 @@ class Tracker:
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
 
     def log_dataset(self, run_id: str, name: str, path: Path, digest: str, context: str) -> None:
-        """Record a dataset folder as a run input (``mlflow.log_input``'s entity)."""
+        """Record a dataset folder as a run input (``mlflow.log_input``'s entity).
+
+        MLflow's SQL store looks the dataset up, then inserts it: two stages that log one new dataset
+        at once (the seeds' ``train_k0``) both insert, and the second breaks the store's unique
+        (experiment, name, digest) key. The loser tries again and then finds the winner's row."""
+        import time
+
         from mlflow.entities import Dataset, DatasetInput, InputTag
+        from mlflow.exceptions import MlflowException
 
         dataset = Dataset(name=name, digest=digest[:36], source_type="local",
                           source=json.dumps({"uri": str(path)}))
-        self.client.log_inputs(run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", context)])])
+        inputs = [DatasetInput(dataset, [InputTag("mlflow.data.context", context)])]
+        for attempt in range(DATASET_ATTEMPTS):
+            try:
+                self.client.log_inputs(run_id, inputs)
+                return
+            except MlflowException as error:
+                if attempt == DATASET_ATTEMPTS - 1 or not lost_insert_race(error):
+                    raise
+                time.sleep(0.05 * (attempt + 1))
 
     def set_tag(self, run_id: str, key: str, value: str) -> None:
         self.client.set_tag(run_id, key, value)

@@ -80,3 +80,44 @@ def test_entry_point_and_runs_page() -> None:
     assert entry_point(["/venv/bin/pytest", "-q"]) == "pytest"
     assert runs_page_url("7", "http://127.0.0.1:5000/") == \
         "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
+
+
+def _log_at_once(tracker: Tracker, run_id: str, name: str, barrier, errors) -> None:
+    barrier.wait()
+    try:
+        tracker.log_dataset(run_id, name, Path("data/prepared/x"), "d" * 40, "train")
+    except Exception as error:  # reported to the parent, which names it in the failure
+        errors.put(f"{type(error).__name__}: {str(error)[:200]}")
+
+
+def test_stages_logging_one_new_dataset_at_once_all_record_it(store: Path) -> None:
+    """MLflow's SQL store looks a dataset up, then inserts it: processes that log one new dataset at
+    the same instant race for the insert (seen in CI: ``UNIQUE constraint failed: datasets...``).
+    Six real processes released by a barrier, eight times over; every run must get the input."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    tracker = Tracker("study-a", store)
+    for trial in range(8):
+        runs = [tracker.start("train", f"t{trial}-{i}", None, {}) for i in range(6)]
+        barrier, errors = context.Barrier(len(runs)), context.Queue()
+        workers = [context.Process(target=_log_at_once, args=(tracker, run, f"ds-{trial}", barrier, errors))
+                   for run in runs]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        failed = [errors.get() for _ in range(errors.qsize())]
+        assert not failed and all(w.exitcode == 0 for w in workers), failed
+        for run in runs:
+            inputs = tracker.client.get_run(run).inputs.dataset_inputs
+            assert [(i.dataset.name, i.tags[0].value) for i in inputs] == [(f"ds-{trial}", "train")]
+
+
+def test_only_unique_key_violations_are_retried() -> None:
+    from roar.tracking import lost_insert_race
+
+    assert lost_insert_race(RuntimeError("BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: datasets"))
+    assert lost_insert_race(RuntimeError('(psycopg2.errors.UniqueViolation) duplicate key value violates unique '
+                                         'constraint "dataset_pk"'))
+    assert not lost_insert_race(RuntimeError("INVALID_PARAMETER_VALUE: Run 'abc' not found"))
