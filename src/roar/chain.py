@@ -31,6 +31,7 @@ from roar.masking import mask_all, mask_split, masked_fraction
 from roar.params import section
 from roar.paths import Layout, mode_name
 from roar.provenance import chain_code_fingerprint, library_versions
+from roar.run_tracker import log_curve
 from roar.runner import Runner, chain_tags
 from roar.step_record import EXPLAINED_PREFIX, CurveScore, StepRecord
 from roar.step_store import StepStore
@@ -144,7 +145,7 @@ class ChainRunner(Runner):
             for k in self.study.steps:
                 record, previous = self._chain_step(chain_run, ctx, k, previous)
                 records.append(record)
-            self.tracker.log_curve(chain_run, [(r.k, r.metric, r.value) for r in records], ctx.base.model_dir)
+            log_curve(self.tracker, chain_run, [(r.k, r.metric, r.value) for r in records], ctx.base.model_dir)
         return records
 
     def _chain_context(self, spec: ChainSpec) -> _ChainContext:

@@ -9,8 +9,10 @@ key or file, what is wrong and what to do) and exit status 2, without a tracebac
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable
 from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -19,6 +21,36 @@ app = typer.Typer(help="Recursive ROAR: how faithful are NLP importance measures
 
 PARAMS = typer.Option(Path("params.yaml"), "--params", help="Study and hyperparameters file.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show progress bars.")
+
+
+def _completion(names: Callable[[], Iterable[str]]) -> Callable[[str], list[str]]:
+    """Shell completion (``roar --install-completion``) from a registry; the names are still checked by
+    :func:`_check_names`, which gives the project's one-line error."""
+    return lambda incomplete: [name for name in names() if name.startswith(incomplete)]
+
+
+def _datasets() -> Iterable[str]:
+    from roar.datasets import DATASETS
+
+    return DATASETS
+
+
+def _models() -> Iterable[str]:
+    from roar.registry import MODELS
+
+    return MODELS
+
+
+def _measures() -> Iterable[str]:
+    from roar.registry import MEASURES
+
+    return MEASURES
+
+
+Dataset = Annotated[str, typer.Argument(help="Dataset name, e.g. babi-1.", autocompletion=_completion(_datasets))]
+Model = Annotated[str, typer.Argument(help="Model name, e.g. bilstm-attention.", autocompletion=_completion(_models))]
+Measure = Annotated[str, typer.Argument(help="Importance measure, e.g. attention.",
+                                        autocompletion=_completion(_measures))]
 EXIT_BAD_INPUT = 2
 # Errors that mean bad input (params, arguments, files): one line and exit 2. RoarError is a
 # ValueError; corrupt-file errors of the libraries are turned into RoarError where files are read.
@@ -96,8 +128,9 @@ def _load(params: Path) -> dict:
 
 
 @command()
-def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."),
-            model: str = typer.Option("bilstm-attention", help="Model whose tokenisation to use."),
+def prepare(dataset: Dataset,
+            model: str = typer.Option("bilstm-attention", help="Model whose tokenisation to use.",
+                                      autocompletion=_completion(_models)),
             params: Path = PARAMS) -> None:
     """Prepare DATASET for MODEL (tokenize, splits) and its all-masked (k = 100) copy."""
     from roar.data.prepare import PrepareConfig
@@ -124,8 +157,9 @@ def prepare(dataset: str = typer.Argument(..., help="Dataset name, e.g. babi-1."
 
 
 @command("train-reference")
-def train_reference(dataset: str, model: str, seed: int, which: str = typer.Option(
-        "k0", help="k0: unmasked data; all: every maskable token masked (k = 100)."),
+def train_reference(dataset: Dataset, model: Model, seed: int, which: str = typer.Option(
+        "k0", help="k0: unmasked data; all: every maskable token masked (k = 100).",
+        autocompletion=_completion(lambda: ("k0", "all"))),
         params: Path = PARAMS, progress: bool = PROGRESS) -> None:
     """Train the shared model of DATASET/MODEL/SEED at k = 0 or k = 100."""
     from roar.data.storage import check_dataset
@@ -142,13 +176,14 @@ def train_reference(dataset: str, model: str, seed: int, which: str = typer.Opti
     check_dataset(layout.prepared(dataset, model) if which == "k0" else layout.all_masked(dataset, model))
 
     from roar.runner import Runner
+    from roar.stage import stage_runner
 
-    record = Runner.for_stage(loaded, progress=progress).run_reference(dataset, model, seed, which)
+    record = stage_runner(Runner, loaded, progress=progress).run_reference(dataset, model, seed, which)
     typer.echo(f"{dataset} {model} seed={seed} {which}: test {record.metric}={record.value:.4f}")
 
 
 @command()
-def chain(dataset: str, model: str, measure: str, seed: int,
+def chain(dataset: Dataset, model: Model, measure: Measure, seed: int,
           recursive: bool = typer.Option(True, "--recursive/--roar", help="Recursive ROAR or plain ROAR."),
           skip_unsupported: bool = typer.Option(False, help="Write a note instead of failing when the measure "
                                                 "is not defined for the model (the DVC grid uses this)."),
@@ -184,8 +219,9 @@ def chain(dataset: str, model: str, measure: str, seed: int,
                                 f"{dataset} {model} {seed}` (or `dvc repro`)")
 
     from roar.chain import ChainRunner, ChainSpec
+    from roar.stage import stage_runner
 
-    records = ChainRunner.for_stage(loaded, progress=progress).run_chain(ChainSpec(dataset, model, measure, seed,
+    records = stage_runner(ChainRunner, loaded, progress=progress).run_chain(ChainSpec(dataset, model, measure, seed,
                                                                                   recursive))
     for r in records:
         typer.echo(f"k={r.k:>3} {r.metric}={r.value:.4f}")
@@ -226,7 +262,7 @@ def compare_retraining(plain: Path = typer.Option(..., "--plain", help="Report f
 
 
 @command()
-def audit(dataset: str, model: str, measure: str, seed: int, k: int,
+def audit(dataset: Dataset, model: Model, measure: Measure, seed: int, k: int,
           recursive: bool = typer.Option(True, "--recursive/--roar", help="Recursive ROAR or plain ROAR chain."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
           params: Path = PARAMS) -> None:

@@ -44,8 +44,6 @@ class RunTracker(Protocol):
 
     def set_tag(self, run_id: str, key: str, value: str) -> None: ...
 
-    def log_curve(self, chain_run: str, points: list[tuple[int, str, float]], k0_model: Path | None = None) -> None: ...
-
 
 @dataclass
 class TrackedRun:
@@ -61,15 +59,19 @@ class TrackedRun:
     status: str = "RUNNING"
 
 
-def curve_points(points: list[tuple[int, str, float]], k0_model: Path | None = None) -> list[tuple[int, str, float]]:
-    """A chain's retrained curve as (k, metric, value): ``points``, led by the k = 0 point from the k = 0
-    model's ``result.json`` when ``k0_model`` is given and has one."""
+def log_curve(tracker: RunTracker, chain_run: str, points: list[tuple[int, str, float]],
+              k0_model: Path | None = None) -> None:
+    """A chain's retrained curve, ``points`` as (k, metric, value), as the metric history
+    ``retrained_<metric>`` over step = k (MLflow's chart and compare views draw it beside other chains;
+    the no-retrain curves are ``k0_model_<metric>`` and ``previous_model_<metric>``). It is led by the
+    k = 0 point from the k = 0 model's ``result.json`` when ``k0_model`` is given and has one."""
     points = list(points)
     result = k0_model / "result.json" if k0_model is not None else None
     if result is not None and result.is_file():
         k0 = json.loads(result.read_text())
         points.insert(0, (0, k0["metric"], float(k0["test_metric"])))
-    return points
+    for k, metric, value in points:
+        tracker.log_metrics(chain_run, {f"retrained_{metric}": value}, step=k)
 
 
 @dataclass
@@ -103,10 +105,6 @@ class NullTracker:
 
     def set_tag(self, run_id: str, key: str, value: str) -> None:
         self.runs[run_id].tags[key] = value
-
-    def log_curve(self, chain_run: str, points: list[tuple[int, str, float]], k0_model: Path | None = None) -> None:
-        for k, metric, value in curve_points(points, k0_model):
-            self.log_metrics(chain_run, {f"retrained_{metric}": value}, step=k)
 
     def of_kind(self, kind: str) -> dict[str, TrackedRun]:
         return {run_id: run for run_id, run in self.runs.items() if run.kind == kind}

@@ -1,7 +1,7 @@
 """A stage process's shared setup, and the reference models every chain of a seed shares.
 
 :class:`Runner` holds the params, the output layout and the tracker of one stage process
-(:meth:`Runner.for_stage` sets a stage process up: device, torch threads, MLflow and its study run);
+(:func:`roar.stage.stage_runner` sets a stage process up: device, torch threads, MLflow and its study run);
 :meth:`Runner.run_reference` trains the k = 0 model (unmasked data) or the k = 100 model (all
 masked). The chains build on it in :mod:`roar.chain`.
 """
@@ -18,7 +18,7 @@ from roar.leakage import leakage
 from roar.models.device import resolve_device
 from roar.params import Study, section, study_from_params
 from roar.paths import Layout
-from roar.run_tracker import RunTracker, open_study_run
+from roar.run_tracker import RunTracker, log_curve
 from roar.step_record import StepRecord, TrainedPoint
 
 
@@ -41,21 +41,6 @@ class Runner:
         self.study_run = study_run
         # a GPU asked for and missing stops here
         self.device = device if device is not None else resolve_device((params.get("runtime") or {}).get("device"))
-
-    @classmethod
-    def for_stage(cls, params: dict, root: Path = Path("."), progress: bool = True):
-        """The runner of a stage process: the device checked first, ``runtime.threads`` torch threads,
-        the MLflow tracker and the study run (found or created) that its runs go under."""
-        from roar.tracking import Tracker
-
-        runtime = params.get("runtime") or {}
-        device = resolve_device(runtime.get("device"))
-        if runtime.get("threads"):
-            import torch
-
-            torch.set_num_threads(int(runtime["threads"]))
-        tracker = Tracker(study_from_params(params).name, root)
-        return cls(params, tracker, open_study_run(tracker, params), root, progress, device)
 
     def train_config(self, model: str, dataset: str):
         from roar.train_config import TrainConfig
@@ -105,7 +90,7 @@ class Runner:
                 point, model_hash = self._train_and_save(step_run, tags, meta, data_dir, splits, model, seed, out)
                 leak = leakage(splits, meta, read_vocab(data_dir), seed)
                 self.tracker.log_metrics(step_run, {point.metric: point.value, **leak})
-            self.tracker.log_curve(chain_run, [(k, point.metric, point.value)])
+            log_curve(self.tracker, chain_run, [(k, point.metric, point.value)])
         record = StepRecord(dataset, model, "shared", None, self.study.strategy, seed, k, **asdict(point),
                             leakage=leak, data_hash=data_hash, model_hash=model_hash, data_path=str(data_dir),
                             model_path=str(out), chain_run_id=chain_run, step_run_id=step_run,

@@ -318,15 +318,6 @@ class Tracker:
     def set_tag(self, run_id: str, key: str, value: str) -> None:
         self.client.set_tag(run_id, key, value)
 
-    def log_curve(self, chain_run: str, points: list[tuple[int, str, float]], k0_model: Path | None = None) -> None:
-        """A chain's retrained curve (:func:`roar.run_tracker.curve_points`) as the metric history
-        ``retrained_<metric>`` with step = k, beside the no-retrain curves' ``k0_model_<metric>`` and
-        ``previous_model_<metric>``."""
-        from roar.run_tracker import curve_points
-
-        for k, metric, value in curve_points(points, k0_model):
-            self.log_metrics(chain_run, {f"retrained_{metric}": value}, step=k)
-
     def log_chain_racu(self, per_seed) -> list[str]:
         """Each chain's per-seed RACU (rows of ``racu_seeds.csv``) as metrics of the chain's latest finished
         run in this study: ``racu`` and ``racu_unclipped`` for the retrained curve, ``racu_<curve>`` and

@@ -22,6 +22,7 @@ from roar.importance.registry import make_measure
 from roar.importance.base import compute_importance
 from roar.masking import mask_split
 from roar.paths import Layout
+from roar.stage import stage_runner
 from roar.training import load_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def project(tmp_path_factory, monkeypatch_module) -> Path:
     params = tiny_params()
     layout = Layout(Path("."))
     prepare("babi-1", layout.prepared("babi-1", "bilstm-attention"), PrepareConfig(**params["prepare"]["babi-1"]))
-    runner = ChainRunner.for_stage(params, Path("."), progress=False)
+    runner = stage_runner(ChainRunner, params, Path("."), progress=False)
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
     for recursive in (True, False):
         runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, recursive))
@@ -112,7 +113,7 @@ def test_plain_roar_step_explains_the_unmasked_data_with_the_k0_model(project: P
 
 
 def test_retraining_on_the_same_inputs_gives_the_same_model_folder_hash(project: Path) -> None:
-    runner = ChainRunner.for_stage(tiny_params(), Path("."), progress=False)
+    runner = stage_runner(ChainRunner, tiny_params(), Path("."), progress=False)
     folder = project / "models/babi-1/bilstm-attention/k0/s0"
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
@@ -122,7 +123,7 @@ def test_retraining_on_the_same_inputs_gives_the_same_model_folder_hash(project:
 
 
 def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> None:
-    runner = ChainRunner.for_stage(tiny_params(), Path("."), progress=False)
+    runner = stage_runner(ChainRunner, tiny_params(), Path("."), progress=False)
     spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, True)
     records = {r.k: r for r in runner.run_chain(spec)}
     original = {k: json.loads(_step(project, "results", "recursive", k).read_text()) for k in STEPS}
@@ -143,7 +144,7 @@ def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> Non
 def test_a_step_record_from_other_params_is_not_reused(project: Path) -> None:
     params = tiny_params()
     params["importance"]["batch_size"] = 64  # a params change (same numbers, other step key)
-    runner = ChainRunner.for_stage(params, Path("."), progress=False)
+    runner = stage_runner(ChainRunner, params, Path("."), progress=False)
     original = json.loads(_step(project, "results", "roar", 40).read_text())
     records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False))
     assert records[0].step_key != original["step_key"]
@@ -163,7 +164,7 @@ def test_word_vectors_changed_in_place_are_caught(project: Path, tmp_path: Path,
     monkeypatch.chdir(tmp_path / "ws")
     params = tiny_params()
     params["train"]["bilstm-attention"]["babi-1"]["embeddings"] = str(vectors)
-    runner = ChainRunner.for_stage(params, Path("."), progress=False)
+    runner = stage_runner(ChainRunner, params, Path("."), progress=False)
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
     first = vectors_digest(str(vectors))
     assert json.loads(Path("models/babi-1/bilstm-attention/k0/s0/result.json").read_text())["embeddings_digest"] == first
@@ -220,7 +221,7 @@ def test_step_records_carry_the_target_and_the_leak_diagnostic(project: Path) ->
 def test_the_explained_class_is_part_of_the_step_key(project: Path, monkeypatch) -> None:
     params = tiny_params()
     params["importance"]["target"] = "predicted"
-    runner = ChainRunner.for_stage(params, Path("."), progress=False)
+    runner = stage_runner(ChainRunner, params, Path("."), progress=False)
     before = {k: json.loads(_step(project, "results", "roar", k).read_text()) for k in STEPS}
     records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False))
     assert [r.target for r in records] == ["predicted", "predicted"]
@@ -274,7 +275,7 @@ def test_no_retrain_curves_score_each_steps_masked_test_data_with_the_k0_and_the
 def test_a_record_without_no_retrain_curves_is_completed_not_reused_as_is(project: Path) -> None:
     """A record of older code (same step key, no no-retrain entries) or one whose previous model was
     retrained since (other hash) gets its curves (re)scored; the retrained step itself is reused."""
-    runner = ChainRunner.for_stage(tiny_params(), Path("."), progress=False)
+    runner = stage_runner(ChainRunner, tiny_params(), Path("."), progress=False)
     spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False)
     runner.run_chain(spec)  # the fixture's records (another test may have left other params' records)
     paths = {k: _step(project, "results", "roar", k) for k in STEPS}

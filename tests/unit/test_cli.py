@@ -72,3 +72,16 @@ def test_git_commit_ignores_what_the_pipeline_writes(tmp_path):
     assert git_commit(tmp_path) == head
     (tmp_path / "params.yaml").write_text("a: 2\n")
     assert git_commit(tmp_path) == head + "-dirty"
+
+
+@pytest.mark.parametrize("words, expected", [
+    ("roar chain babi-1 bilstm-attention in", ["input-x-gradient", "integrated-gradient"]),
+    ("roar audit babi-1 rob", ["roberta"]),
+    ("roar prepare rotten", ["rotten-tomatoes"]),
+    ("roar train-reference babi-1 bilstm-attention 0 --which ", ["k0", "all"]),
+])
+def test_shell_completion_offers_the_registered_names(words, expected):
+    """What `roar --install-completion` gives the shell: the registries' names for the word being typed."""
+    result = CliRunner().invoke(app, [], prog_name="roar", env={
+        "_ROAR_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split(" ")) - 1)})
+    assert result.stdout.split() == expected

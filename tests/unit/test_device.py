@@ -70,14 +70,15 @@ def project_params(tmp_path: Path, device: str) -> Path:
 @needs_no_gpu
 def test_a_stage_asking_for_cuda_stops_before_any_work(tmp_path, monkeypatch):
     from roar.runner import Runner
+    from roar.stage import stage_runner
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     params = yaml.safe_load(project_params(tmp_path, "cuda").read_text())
     with pytest.raises(RoarError, match="runtime.device = cuda but torch.cuda.is_available"):
-        Runner.for_stage(params, tmp_path, progress=False)
+        stage_runner(Runner, params, tmp_path, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # no tracking store, no outputs
-    assert Runner.for_stage(yaml.safe_load(project_params(tmp_path, "cpu").read_text()), tmp_path).device.type == "cpu"
+    assert stage_runner(Runner, yaml.safe_load(project_params(tmp_path, "cpu").read_text()), tmp_path).device.type == "cpu"
 
 
 @needs_no_gpu

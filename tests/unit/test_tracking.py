@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from roar.run_tracker import log_curve
 from roar.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, entry_point, runs_page_url
 
 
@@ -33,7 +34,7 @@ def test_experiment_kind_source_tags_and_curve(store: Path) -> None:
     k0 = store / "k0"
     k0.mkdir()
     (k0 / "result.json").write_text('{"metric": "accuracy", "test_metric": 0.9}')
-    tracker.log_curve(chain, [(40, "accuracy", 0.5), (70, "accuracy", 0.3)], k0)
+    log_curve(tracker, chain, [(40, "accuracy", 0.5), (70, "accuracy", 0.3)], k0)
     history = tracker.client.get_metric_history(chain, "retrained_accuracy")
     assert [(m.step, m.value) for m in history] == [(0, 0.9), (40, 0.5), (70, 0.3)]
     per_seed = pd.DataFrame([
