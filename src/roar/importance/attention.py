@@ -17,7 +17,6 @@ class AttentionImportance:
     needs_model = True
     explains_class = False
 
-
     @classmethod
     def from_params(cls, params: dict, context: MeasureContext) -> AttentionImportance:
         """No options."""

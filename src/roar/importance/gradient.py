@@ -22,7 +22,6 @@ class GradientImportance:
     needs_model = True
     explains_class = True
 
-
     @classmethod
     def from_params(cls, params: dict, context: MeasureContext) -> GradientImportance:
         """No options."""

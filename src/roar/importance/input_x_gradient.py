@@ -17,7 +17,6 @@ class InputXGradientImportance:
     needs_model = True
     explains_class = True
 
-
     @classmethod
     def from_params(cls, params: dict, context: MeasureContext) -> InputXGradientImportance:
         """No options."""
