@@ -5,22 +5,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from roar.importance.base import MeasureContext
+from roar.importance.base import WithoutOptions
 from roar.models.base import Classifier
 from roar.models.batching import Batch
 
 
-class AttentionImportance:
+class AttentionImportance(WithoutOptions):
     """``alpha_t`` of the attention layer; refused for models without one (the transformer)."""
 
     name = "attention"
     needs_model = True
     explains_class = False
-
-    @classmethod
-    def from_params(cls, params: dict, context: MeasureContext) -> AttentionImportance:
-        """No options."""
-        return cls()
 
     @torch.no_grad()
     def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:

@@ -63,6 +63,14 @@ class ImportanceMeasure(Protocol):
                   split_name: str) -> torch.Tensor: ...
 
 
+class WithoutOptions:
+    """Base of a measure that reads no ``importance.<name>`` options: ``from_params`` is the bare class."""
+
+    @classmethod
+    def from_params(cls, params: dict, context: MeasureContext):
+        return cls()
+
+
 # The class whose logit the gradient measures explain: the gold label (the paper), or the class the
 # model predicts (cannot put the gold label into the mask pattern; see README "label leak").
 TARGETS = ("gold", "predicted")

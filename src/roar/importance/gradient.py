@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from roar.importance.base import MeasureContext, embedding_gradient
+from roar.importance.base import WithoutOptions, embedding_gradient
 from roar.models.base import Classifier
 from roar.models.batching import Batch
 
 
-class GradientImportance:
+class GradientImportance(WithoutOptions):
     """``||dy_c/dx||_2`` over the vocabulary axis of the one-hot token x.
 
     With ``e = x W`` (W: ``[V, D]`` embedding matrix), ``dy/dx = W g`` for ``g = dy/de``, and
@@ -21,11 +21,6 @@ class GradientImportance:
     name = "gradient"
     needs_model = True
     explains_class = True
-
-    @classmethod
-    def from_params(cls, params: dict, context: MeasureContext) -> GradientImportance:
-        """No options."""
-        return cls()
 
     def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         grad = embedding_gradient(model, batch, model.embed(batch.tokens))

@@ -5,22 +5,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from roar.importance.base import MeasureContext, embedding_gradient
+from roar.importance.base import WithoutOptions, embedding_gradient
 from roar.models.base import Classifier
 from roar.models.batching import Batch
 
 
-class InputXGradientImportance:
+class InputXGradientImportance(WithoutOptions):
     """Absolute dot product of each token's embedding and the explained class logit's gradient there."""
 
     name = "input-x-gradient"
     needs_model = True
     explains_class = True
-
-    @classmethod
-    def from_params(cls, params: dict, context: MeasureContext) -> InputXGradientImportance:
-        """No options."""
-        return cls()
 
     def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         embeddings = model.embed(batch.tokens).detach()
