@@ -242,13 +242,17 @@ class Tracker:
     def end_orphans(self) -> list[str]:
         """Mark KILLED every RUNNING run whose owning process (on this host) is gone: a stage or
         pipeline killed with SIGKILL cannot end its own runs, so the next process does."""
+        from mlflow.entities import RunTag
+
         orphans = []
         for run in self.client.search_runs([self.experiment_id], "attributes.status = 'RUNNING'",
                                            max_results=50_000):
             identity = run.data.tags.get(PROCESS_TAG)
             if identity and process_alive(identity) is False:
                 self.client.set_terminated(run.info.run_id, "KILLED")
-                self.client.set_tag(run.info.run_id, "roar.ended_by", f"{process_identity()}: owner process gone")
+                # log_batch: two stage processes may end the same orphan at once (see _nest_launch_run)
+                self.client.log_batch(run.info.run_id, tags=[
+                    RunTag("roar.ended_by", f"{process_identity()}: owner process gone")])
                 orphans.append(run.info.run_id)
         return orphans
 
@@ -271,11 +275,17 @@ class Tracker:
 
     def _nest_launch_run(self, study_run: str) -> str:
         """Put the ``mlflow run`` entry point's run under the study run (once) and return it: the runs
-        this process would hang under the study run go under it instead."""
+        this process would hang under the study run go under it instead.
+
+        Every stage process of the entry point does this, and parallel stages do it at the same instant:
+        one ``log_batch`` of tags, which MLflow's SQL store retries when another process inserted the
+        same tag first (``set_tag`` checks, then inserts, and fails on that race)."""
+        from mlflow.entities import RunTag
+
         if not self._launch_nested:
-            for key, value in ((PARENT_TAG, study_run), (STUDY_RUN_TAG, study_run), ("roar.kind", LAUNCH_KIND),
-                               ("roar.git_commit", self.commit)):
-                self.client.set_tag(self.launch_run, key, value)
+            tags = {PARENT_TAG: study_run, STUDY_RUN_TAG: study_run, "roar.kind": LAUNCH_KIND,
+                    "roar.git_commit": self.commit}
+            self.client.log_batch(self.launch_run, tags=[RunTag(k, v) for k, v in tags.items()])
             self._launch_nested = True
         return self.launch_run
 

@@ -122,3 +122,40 @@ def test_only_unique_key_violations_are_retried() -> None:
     assert lost_insert_race(RuntimeError('(psycopg2.errors.UniqueViolation) duplicate key value violates unique '
                                          'constraint "dataset_pk"'))
     assert not lost_insert_race(RuntimeError("INVALID_PARAMETER_VALUE: Run 'abc' not found"))
+
+
+def _start_under_study_at_once(tracker: Tracker, study: str, name: str, barrier, errors) -> None:
+    barrier.wait()
+    try:
+        tracker.start("chain", name, study, {})
+    except Exception as error:
+        errors.put(f"{type(error).__name__}: {str(error)[:200]}")
+
+
+def test_parallel_stages_of_one_mlflow_run_all_nest_it(store: Path, monkeypatch) -> None:
+    """Under ``mlflow run`` every stage process tags the entry point's run the first time it starts a run
+    under the study run; parallel stages do it in the same instant (MLflow's ``set_tag`` fails on that
+    race with ``UNIQUE constraint failed: tags.key, tags.run_uuid``). Six real processes, five times over."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    first = Tracker("study-a", store)
+    study = first.study_run("study-a", "key", {})
+    for trial in range(5):
+        launch = first.client.create_run(first.experiment_id).info.run_id
+        monkeypatch.setenv("MLFLOW_RUN_ID", launch)
+        tracker = Tracker("study-a", store)
+        tracker.study_run("study-a", "key", {})
+        barrier, errors = context.Barrier(6), context.Queue()
+        workers = [context.Process(target=_start_under_study_at_once, args=(tracker, study, f"c{trial}-{i}", barrier,
+                                                                             errors)) for i in range(6)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        failed = [errors.get() for _ in range(errors.qsize())]
+        assert not failed and all(w.exitcode == 0 for w in workers), failed
+        tags = tracker.client.get_run(launch).data.tags
+        assert (tags["mlflow.parentRunId"], tags["roar.kind"], tags["roar.study_run"]) == (study, "launch", study)
+        chains = tracker.client.search_runs([tracker.experiment_id], f"tags.`mlflow.runName` LIKE 'c{trial}-%'")
+        assert sorted(r.data.tags["mlflow.parentRunId"] for r in chains) == [launch] * 6
