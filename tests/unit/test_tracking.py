@@ -83,33 +83,39 @@ def test_entry_point_and_runs_page() -> None:
         "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
 
 
-def _log_at_once(tracker: Tracker, run_id: str, name: str, barrier, errors) -> None:
+def _call_at_barrier(call, args: tuple, barrier, errors) -> None:
     barrier.wait()
     try:
-        tracker.log_dataset(run_id, name, Path("data/prepared/x"), "d" * 40, "train")
+        call(*args)
     except Exception as error:  # reported to the parent, which names it in the failure
         errors.put(f"{type(error).__name__}: {str(error)[:200]}")
+
+
+def run_at_once(call, calls: list[tuple]) -> list[str]:
+    """``call(*args)`` for each of ``calls`` in its own forked process, all released by one barrier;
+    the errors they raised."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    barrier, errors = context.Barrier(len(calls)), context.Queue()
+    workers = [context.Process(target=_call_at_barrier, args=(call, args, barrier, errors)) for args in calls]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    failed = [errors.get() for _ in range(errors.qsize())]
+    return failed + [f"worker exit code {w.exitcode}" for w in workers if w.exitcode != 0 and not failed]
 
 
 def test_stages_logging_one_new_dataset_at_once_all_record_it(store: Path) -> None:
     """MLflow's SQL store looks a dataset up, then inserts it: processes that log one new dataset at
     the same instant race for the insert (seen in CI: ``UNIQUE constraint failed: datasets...``).
     Six real processes released by a barrier, eight times over; every run must get the input."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")
     tracker = Tracker("study-a", store)
     for trial in range(8):
         runs = [tracker.start("train", f"t{trial}-{i}", None, {}) for i in range(6)]
-        barrier, errors = context.Barrier(len(runs)), context.Queue()
-        workers = [context.Process(target=_log_at_once, args=(tracker, run, f"ds-{trial}", barrier, errors))
-                   for run in runs]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(60)
-        failed = [errors.get() for _ in range(errors.qsize())]
-        assert not failed and all(w.exitcode == 0 for w in workers), failed
+        assert run_at_once(tracker.log_dataset, [(run, f"ds-{trial}", Path("data/prepared/x"), "d" * 40, "train")
+                                                 for run in runs]) == []
         for run in runs:
             inputs = tracker.client.get_run(run).inputs.dataset_inputs
             assert [(i.dataset.name, i.tags[0].value) for i in inputs] == [(f"ds-{trial}", "train")]
@@ -124,21 +130,10 @@ def test_only_unique_key_violations_are_retried() -> None:
     assert not lost_insert_race(RuntimeError("INVALID_PARAMETER_VALUE: Run 'abc' not found"))
 
 
-def _start_under_study_at_once(tracker: Tracker, study: str, name: str, barrier, errors) -> None:
-    barrier.wait()
-    try:
-        tracker.start("chain", name, study, {})
-    except Exception as error:
-        errors.put(f"{type(error).__name__}: {str(error)[:200]}")
-
-
 def test_parallel_stages_of_one_mlflow_run_all_nest_it(store: Path, monkeypatch) -> None:
     """Under ``mlflow run`` every stage process tags the entry point's run the first time it starts a run
     under the study run; parallel stages do it in the same instant (MLflow's ``set_tag`` fails on that
     race with ``UNIQUE constraint failed: tags.key, tags.run_uuid``). Six real processes, five times over."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")
     first = Tracker("study-a", store)
     study = first.study_run("study-a", "key", {})
     for trial in range(5):
@@ -146,15 +141,7 @@ def test_parallel_stages_of_one_mlflow_run_all_nest_it(store: Path, monkeypatch)
         monkeypatch.setenv("MLFLOW_RUN_ID", launch)
         tracker = Tracker("study-a", store)
         tracker.study_run("study-a", "key", {})
-        barrier, errors = context.Barrier(6), context.Queue()
-        workers = [context.Process(target=_start_under_study_at_once, args=(tracker, study, f"c{trial}-{i}", barrier,
-                                                                             errors)) for i in range(6)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(60)
-        failed = [errors.get() for _ in range(errors.qsize())]
-        assert not failed and all(w.exitcode == 0 for w in workers), failed
+        assert run_at_once(tracker.start, [("chain", f"c{trial}-{i}", study, {}) for i in range(6)]) == []
         tags = tracker.client.get_run(launch).data.tags
         assert (tags["mlflow.parentRunId"], tags["roar.kind"], tags["roar.study_run"]) == (study, "launch", study)
         chains = tracker.client.search_runs([tracker.experiment_id], f"tags.`mlflow.runName` LIKE 'c{trial}-%'")
