@@ -1,4 +1,4 @@
-"""A stage process's shared setup, and the reference models every chain of a seed shares.
+"""What a stage process holds (params, layout, device, tracker), and the reference models of a seed.
 
 :class:`Runner` holds the params, the output layout and the tracker of one stage process
 (:func:`roar.stage.stage_runner` sets a stage process up: device, torch threads, MLflow and its study run);
