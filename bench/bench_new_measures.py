@@ -27,7 +27,7 @@ from roar.data.prepare import PrepareConfig, prepare
 from roar.data.storage import read_dataset
 from roar.importance.base import compute_importance
 from roar.importance.registry import make_measure
-from roar.masking import mask_split
+from roar.method.masking import mask_split
 from roar.models.bilstm import BiLSTMAttention
 
 

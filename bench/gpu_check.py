@@ -38,12 +38,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_integrated_gradients import timed  # noqa: E402
 
-from roar.chain import roar_step  # noqa: E402
+from roar.pipeline.chain import roar_step  # noqa: E402
 from roar.data.storage import DatasetMeta, Split  # noqa: E402
 from roar.importance.integrated_gradient import IntegratedGradientImportance  # noqa: E402
 from roar.models.batching import make_batch  # noqa: E402
 from roar.models.device import FLOAT_BYTES, max_rows_per_pass  # noqa: E402
-from roar.training import TrainConfig, train, trainer_precision  # noqa: E402
+from roar.models.training import TrainConfig, train, trainer_precision  # noqa: E402
 
 MIB = 2 ** 20
 START, END = 3, 4  # boundary ids: never masked (DatasetMeta.unmaskable_ids with padding 0)

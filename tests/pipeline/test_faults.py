@@ -167,7 +167,7 @@ def test_code_change_to_one_measure_recomputes_exactly_its_steps(baseline: Path)
     ("data/storage.py", {"prepare", "train_k0", "train_all_masked", "recursive"}),
 ])
 def test_a_module_change_invalidates_the_stages_that_import_it(baseline: Path, module: str, stages: set) -> None:
-    from roar.provenance import STAGE_COMMANDS, stage_modules
+    from roar.pipeline.provenance import STAGE_COMMANDS, stage_modules
 
     name = "roar." + module.removesuffix(".py").replace("/", ".")
     expected = {s for s in STAGE_COMMANDS if name in stage_modules(s)} & {"prepare", "train_k0", "train_all_masked",
@@ -196,7 +196,7 @@ def test_params_change_then_revert_never_pairs_a_record_with_other_data(baseline
     assert proc.returncode != 0
     record70 = records(root, "gradient")[70]  # still params A's record ...
     data70 = chain_dir(root, "data", "gradient") / "k70"
-    from roar.fileio import content_hash
+    from roar.core.fileio import content_hash
 
     assert content_hash(data70) != record70["data_hash"]  # ... beside params B's data
     (root / "params.yaml").write_text(params_a)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, REPORT, TinyStudy, free_port, project_env, server_process
 
-from roar.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, runs_page_url
+from roar.tracking.mlflow_tracker import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, runs_page_url
 
 pytestmark = pytest.mark.pipeline
 

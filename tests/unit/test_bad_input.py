@@ -40,7 +40,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 
     from roar.data.prepare import PrepareConfig, prepare
     from roar.data.storage import read_meta, vocab_size
-    from roar.training import TrainConfig, TrainResult, build_model, save_model
+    from roar.models.training import TrainConfig, TrainResult, build_model, save_model
 
     root = tmp_path_factory.mktemp("tiny")
     data = root / "data"
@@ -458,7 +458,7 @@ def test_model_that_does_not_fit_its_config_is_one_line(project, tiny):
     ([[np.inf, 0.2, -np.inf]], "2 non-finite value(s) (0 NaN, 2 inf)"),
 ])
 def test_mask_top_k_refuses_non_finite_importance(values, message):
-    from roar.masking import mask_top_k
+    from roar.method.masking import mask_top_k
 
     tokens = np.array([[3, 10, 11, 12, 4]])
     importance = np.array([[0.0, *values[0], 0.0]])
@@ -483,8 +483,8 @@ def test_good_params_validate_and_note_is_allowed(project):
 
 def test_schema_covers_every_config_field():
     from roar.data.prepare import PrepareConfig
-    from roar.schema import PREPARE_RULES, TRAIN_NOT_IN_PARAMS, TRAIN_RULES
-    from roar.training import TrainConfig
+    from roar.config.schema import PREPARE_RULES, TRAIN_NOT_IN_PARAMS, TRAIN_RULES
+    from roar.models.training import TrainConfig
 
     assert set(PREPARE_RULES) == {f.name for f in fields(PrepareConfig)}
     assert set(TRAIN_RULES) | set(TRAIN_NOT_IN_PARAMS) == {f.name for f in fields(TrainConfig)}
@@ -517,8 +517,8 @@ def test_roar_help_stays_light():
 
 
 def test_corrupt_json_in_model_config_is_named(tmp_path, tiny):
-    from roar.errors import RoarError
-    from roar.training import load_model
+    from roar.core.errors import RoarError
+    from roar.models.training import load_model
 
     shutil.copytree(tiny["model"], tmp_path / "m")
     (tmp_path / "m" / "config.json").write_text("{not json")

@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 import yaml
 
-from roar.chain import ChainRunner, ChainSpec
+from roar.pipeline.chain import ChainRunner, ChainSpec
 from roar.data.prepare import PrepareConfig, prepare
 from roar.data.storage import read_dataset
-from roar.fileio import content_hash
+from roar.core.fileio import content_hash
 from roar.importance.registry import make_measure
 from roar.importance.base import compute_importance
-from roar.masking import mask_split
-from roar.paths import Layout
-from roar.stage import stage_runner
-from roar.training import load_model
+from roar.method.masking import mask_split
+from roar.config.layout import Layout
+from roar.pipeline.stage import stage_runner
+from roar.models.training import load_model
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = [40, 70]
@@ -156,7 +156,7 @@ def test_word_vectors_changed_in_place_are_caught(project: Path, tmp_path: Path,
     """A vectors file named in params is no DVC dependency; a chain refuses a k = 0 model trained
     with other vectors, and the file's digest is part of every step key."""
     from roar.data.embeddings import vectors_digest
-    from roar.errors import RoarError
+    from roar.core.errors import RoarError
 
     vectors = tmp_path / "vectors.txt"
     vectors.write_text("".join(f"{w} " + " ".join(["0.1"] * 50) + "\n" for w in ("mary", "john", "kitchen")))
@@ -176,8 +176,8 @@ def test_word_vectors_changed_in_place_are_caught(project: Path, tmp_path: Path,
 
 def test_a_diverged_training_fails_with_one_line_instead_of_loading_no_weights(tmp_path: Path) -> None:
     from roar.data.storage import vocab_size
-    from roar.train_config import TrainConfig
-    from roar.training import train
+    from roar.config.train_config import TrainConfig
+    from roar.models.training import train
 
     folder = tmp_path / "babi"
     prepare("babi-1", folder, PrepareConfig(n_train=80, n_test=20))
@@ -190,8 +190,8 @@ def test_a_diverged_training_fails_with_one_line_instead_of_loading_no_weights(t
 
 def test_early_stopping_stops_after_patience_epochs_without_improvement(tmp_path: Path) -> None:
     from roar.data.storage import vocab_size
-    from roar.train_config import TrainConfig
-    from roar.training import train
+    from roar.config.train_config import TrainConfig
+    from roar.models.training import train
 
     folder = tmp_path / "babi"
     prepare("babi-1", folder, PrepareConfig(n_train=80, n_test=20))
@@ -235,7 +235,7 @@ def test_the_explained_class_is_part_of_the_step_key(project: Path, monkeypatch)
 
 def _accuracy(model_dir: Path, split) -> float:
     """Test accuracy of a saved model on a split, by hand (argmax of the logits against the labels)."""
-    from roar.training import predict_logits
+    from roar.models.training import predict_logits
 
     logits = predict_logits(load_model(model_dir), split).numpy()
     return float((logits.argmax(-1) == split.labels).mean())
@@ -243,7 +243,7 @@ def _accuracy(model_dir: Path, split) -> float:
 
 def test_no_retrain_curves_score_each_steps_masked_test_data_with_the_k0_and_the_previous_model(
         project: Path, tmp_path: Path) -> None:
-    from roar.masking import write_all_masked
+    from roar.method.masking import write_all_masked
 
     prepared, k0 = project / "data/prepared/babi-1/bilstm-attention", project / "models/babi-1/bilstm-attention/k0/s0"
     write_all_masked(prepared, tmp_path / "all")

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roar.chain import ChainRunner, ChainSpec
+from roar.pipeline.chain import ChainRunner, ChainSpec
 from roar.data.prepare import PrepareConfig, prepare
 from roar.data.storage import read_dataset
-from roar.fileio import content_hash
-from roar.run_tracker import NullTracker
-from roar.step_record import StepRecord
-from roar.training import load_model, predict_logits
+from roar.core.fileio import content_hash
+from roar.tracking.protocol import NullTracker
+from roar.pipeline.step_record import StepRecord
+from roar.models.training import load_model, predict_logits
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = [50, 80]

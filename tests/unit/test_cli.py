@@ -55,7 +55,7 @@ def test_bad_params_value_names_it(project):
 def test_git_commit_ignores_what_the_pipeline_writes(tmp_path):
     import subprocess
 
-    from roar.tracking import git_commit
+    from roar.tracking.mlflow_tracker import git_commit
 
     def git(*args):
         subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=tmp_path, check=True,

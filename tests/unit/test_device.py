@@ -15,7 +15,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from roar.errors import RoarError
+from roar.core.errors import RoarError
 from roar.importance.base import rnn_backward_allowed
 from roar.importance.integrated_gradient import IntegratedGradientImportance
 from roar.models.batching import Batch
@@ -27,7 +27,7 @@ from roar.models.device import (
     max_rows_per_pass,
     resolve_device,
 )
-from roar.training import trainer_device
+from roar.models.training import trainer_device
 
 REPO = Path(__file__).resolve().parents[2]
 NO_CUDA = not torch.cuda.is_available()
@@ -69,8 +69,8 @@ def project_params(tmp_path: Path, device: str) -> Path:
 
 @needs_no_gpu
 def test_a_stage_asking_for_cuda_stops_before_any_work(tmp_path, monkeypatch):
-    from roar.runner import Runner
-    from roar.stage import stage_runner
+    from roar.pipeline.runner import Runner
+    from roar.pipeline.stage import stage_runner
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -27,7 +27,7 @@ from roar.importance.random import RandomImportance
 from roar.importance.registry import make_measure
 from roar.models.batching import Batch, make_batch
 from roar.models.bilstm import BiLSTMAttention, BiLSTMEncoder
-from roar.registry import MEASURES
+from roar.config.catalog import MEASURES
 
 VOCAB, CLASSES = 12, 3
 
@@ -317,7 +317,7 @@ def test_make_measure_names():
 def test_every_registered_measure_declares_its_needs():
     """Each registry line names a class whose ``name`` is its key and whose needs are known capabilities."""
     from roar.importance.registry import measure_class, model_passes
-    from roar.registry import CAPABILITIES, measure_requires
+    from roar.config.catalog import CAPABILITIES, measure_requires
 
     for name in MEASURES:
         cls = measure_class(name)
@@ -329,7 +329,7 @@ def test_every_registered_measure_declares_its_needs():
 
 
 def test_check_supported_compares_needs_with_the_family():
-    from roar.registry import MODELS, check_supported
+    from roar.config.catalog import MODELS, check_supported
 
     for model in MODELS:
         for name in MEASURES:

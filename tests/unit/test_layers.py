@@ -44,22 +44,22 @@ def copy_with_import(tmp_path: Path, module: str, imported: str) -> Path:
 def test_contracts_are_kept():
     result = lint_imports(ROOT / "src", ROOT / "pyproject.toml")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "roar's layers point down KEPT" in result.stdout
+    assert "roar's parts point down KEPT" in result.stdout
     assert "no import cycles between siblings KEPT" in result.stdout
 
 
 def test_a_back_edge_inside_a_function_breaks_the_layers(tmp_path):
-    result = lint_imports(copy_with_import(tmp_path, "roar.data.prepare", "roar.chain"), ROOT / "pyproject.toml")
+    result = lint_imports(copy_with_import(tmp_path, "roar.data.prepare", "roar.pipeline.chain"), ROOT / "pyproject.toml")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "BROKEN" in result.stdout
-    assert "roar.data.prepare -> roar.chain" in result.stdout
+    assert "roar.data.prepare -> roar.pipeline.chain" in result.stdout
 
 
 def test_a_cycle_within_a_layer_breaks_the_acyclic_contract(tmp_path):
     """chain imports runner; runner importing chain (both in the steps layer) is a cycle."""
-    result = lint_imports(copy_with_import(tmp_path, "roar.runner", "roar.chain"), ROOT / "pyproject.toml")
+    result = lint_imports(copy_with_import(tmp_path, "roar.pipeline.runner", "roar.pipeline.chain"), ROOT / "pyproject.toml")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "roar's layers point down KEPT" in result.stdout
+    assert "roar's parts point down KEPT" in result.stdout
     assert "no import cycles between siblings BROKEN" in result.stdout
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from roar.data.storage import DatasetMeta, Split
-from roar.leakage import label_word_absence, leakage, mask_positions, mask_probe
+from roar.method.leakage import label_word_absence, leakage, mask_positions, mask_probe
 
 MASK = 2
 VOCAB = ["[PAD]", "[UNK]", "[MASK]", "[START]", "[END]", "went", "to", "kitchen", "garden", "where", "is", "mary"]

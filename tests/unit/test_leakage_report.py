@@ -7,10 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from roar.leakage_report import RISE, collect_leakage, leakage_markdown, summarise_leakage
-from roar.params import study_from_params
-from roar.report import collect_points
-from roar.step_record import StepRecord
+from roar.report.leakage_report import RISE, collect_leakage, leakage_markdown, summarise_leakage
+from roar.config.params import study_from_params
+from roar.report.tables import collect_points
+from roar.pipeline.step_record import StepRecord
 
 STUDY = study_from_params({"study": {"name": "t", "datasets": ["babi-1"], "models": ["bilstm-attention"],
                                      "measures": ["random", "gradient"], "roar_measures": [], "seeds": [0, 1],

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from roar.fileio import file_digest
+from roar.core.fileio import file_digest
 
 from roar.data import imdb, mimic, polarity, snli, sst
 from roar.data.babi import read_task_files

@@ -15,7 +15,7 @@ from roar.data.prepare import PrepareConfig, prepare
 from roar.data.storage import read_dataset, vocab_size
 from roar.models.augment import masking_collate, random_mask
 from roar.models.batching import SplitDataset
-from roar.train_config import TrainConfig
+from roar.config.train_config import TrainConfig
 
 MASK, UNMASKABLE = 2, (0, 3, 4)
 
@@ -119,7 +119,7 @@ def same(a: dict, b: dict) -> bool:
 
 
 def test_masked_training_is_deterministic_and_differs_from_plain(tmp_path: Path, one_thread):
-    from roar.training import save_model, train
+    from roar.models.training import save_model, train
 
     folder, meta, splits = tiny(tmp_path)
     base = dict(model="bilstm-attention", epochs=2, batch_size=20, lr=0.01, embedding_dim=8, hidden=4,
@@ -144,7 +144,7 @@ def test_masked_training_is_deterministic_and_differs_from_plain(tmp_path: Path,
 ])
 def test_the_returned_weights_are_those_of_the_best_validation_epoch(tmp_path: Path, monkeypatch, one_thread,
                                                                      scores, best):
-    import roar.training as training
+    import roar.models.training as training
 
     folder, meta, splits = tiny(tmp_path)
     scripted = list(scores)
@@ -181,12 +181,12 @@ def test_a_tiny_masked_study_end_to_end(tmp_path: Path, monkeypatch, one_thread)
     (the variant against itself: every contender it has agrees with itself)."""
     import yaml
 
-    from roar.chain import ChainRunner, ChainSpec
-    from roar.masking import write_all_masked
-    from roar.paths import Layout
-    from roar.study_report import write_report
-    from roar.run_tracker import NullTracker
-    from roar.retrain_comparison import write_comparison
+    from roar.pipeline.chain import ChainRunner, ChainSpec
+    from roar.method.masking import write_all_masked
+    from roar.config.layout import Layout
+    from roar.report.study import write_report
+    from roar.tracking.protocol import NullTracker
+    from roar.report.retrain_comparison import write_comparison
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

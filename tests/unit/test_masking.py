@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from roar.data.tokenize import END_ID, MASK_ID, PAD_ID, START_ID
-from roar.masking import mask_top_k, masked_fraction, mask_split, target_masked
+from roar.method.masking import mask_top_k, masked_fraction, mask_split, target_masked
 from roar.data.storage import Split
 
 M, S, E, P = MASK_ID, START_ID, END_ID, PAD_ID

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from roar.study_report import write_report
+from roar.report.study import write_report
 
 RANDOM = {"retrained": [0.875, 0.75, 0.625], "k0-model": [0.9, 0.8, 0.7], "previous-model": [0.9, 0.8, 0.7]}
 END = 0.6  # no-retrain curves at k = 100

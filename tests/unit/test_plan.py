@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from roar.cli import app
 from roar.data.storage import DatasetMeta, Split, write_dataset
-from roar.train_config import TrainConfig
-from roar.plan import STAGE_OVERHEAD_S, build_plan, format_plan, makespan, parse_speedup
-from roar.runner import chain_tags
-from roar.schema import check_params, stage_count
-from roar.tracking import Tracker
+from roar.config.train_config import TrainConfig
+from roar.launch.plan import STAGE_OVERHEAD_S, build_plan, format_plan, makespan, parse_speedup
+from roar.pipeline.runner import chain_tags
+from roar.config.schema import check_params, stage_count
+from roar.tracking.mlflow_tracker import Tracker
 
 PARAMS = {
     "study": {"name": "plan-test", "datasets": ["babi-1"], "models": ["bilstm-attention", "roberta"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from roar.launch import Progress
+from roar.launch.local import Progress
 
 STAGES = ["prepare@a", "train_k0@a-0", "train_k0@a-1", "recursive@a-x-0", "recursive@a-x-1", "recursive@a-y-0"]
 

@@ -1,4 +1,4 @@
-"""The code each stage runs: derived import closures, dvc.yaml's dependency lists, fingerprints."""
+"""Code fingerprints: which modules count, what in them counts, dvc.yaml and provenance.yaml in step."""
 
 from __future__ import annotations
 
@@ -6,82 +6,73 @@ from pathlib import Path
 
 import yaml
 
-from roar import provenance
-from roar.provenance import (STAGE_COMMANDS, chain_code_files, command_imports, files_digest, module_imports,
-                             stage_dependencies, stage_modules)
+from roar.config.catalog import MEASURES, measure_module
+from roar.pipeline.provenance import (PROVENANCE_FILE, STAGE_KINDS, chain_modules, code_fingerprints,
+                                      computing_modules, equivalent_fingerprints, fingerprint_key, lookup,
+                                      module_imports, normalized_code, read_provenance)
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_dvc_yaml_lists_exactly_the_code_each_stage_runs() -> None:
-    """Complete (every module a stage may import) and no more (a change elsewhere does not
-    invalidate it). On failure, paste the expected list into dvc.yaml."""
+def test_each_dvc_stage_depends_on_its_code_fingerprint_and_on_no_source_file() -> None:
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    assert set(stages) == set(STAGE_COMMANDS)
+    assert set(stages) == set(STAGE_KINDS)
     for name, stage in stages.items():
-        code = sorted(dep for dep in stage["deps"] if dep.startswith("src/"))
-        assert code == stage_dependencies(name), f"{name}: dvc.yaml code deps should be {stage_dependencies(name)}"
+        assert not [d for d in stage.get("deps", []) if d.startswith("src/")], name
+        code = [item[PROVENANCE_FILE] for item in stage["params"] if isinstance(item, dict)]
+        measure = "${item.measure}" if STAGE_KINDS[name] == "chain" else None
+        assert code == [[fingerprint_key(name, measure)]], name
 
 
-def test_imports_inside_functions_and_relative_imports_count(tmp_path: Path) -> None:
-    # training imports the embeddings lazily, inside functions, and the models through their registry
-    assert {"roar.models.registry", "roar.data.embeddings"} <= module_imports("roar.training")
-    assert "roar.metrics" in module_imports("roar.training")
-    # the registry builds families by name: a stage that trains runs every family's module
-    assert {"roar.models.bilstm", "roar.models.transformer"} <= stage_modules("train_k0")
+def test_the_committed_provenance_file_holds_the_code_s_fingerprints() -> None:
+    """Fails when code on a computing path changed without `roar provenance update` (dvc status would lie)."""
+    assert read_provenance(REPO)["fingerprints"] == code_fingerprints(), "run `roar provenance update`"
 
 
-def test_each_command_imports_only_its_own_part_of_the_cli() -> None:
-    assert "roar.study_report" in command_imports("report") and "roar.study_report" not in command_imports("chain")
-    assert "roar.chain" in command_imports("chain") and "roar.chain" not in command_imports("report")
+def test_docstrings_comments_and_layout_do_not_count_code_does() -> None:
+    base = normalized_code('"""Module."""\nimport math\n\n\ndef f(x):\n    """Doc."""\n    return math.sqrt(x)\n')
+    assert normalized_code("import math\ndef f(x):  # a comment\n    return (math.sqrt(\n        x))\n") == base
+    assert normalized_code('"""Other words."""\nimport math\ndef f(x):\n    return math.sqrt(x)\n') == base
+    assert normalized_code("import math\ndef f(y):\n    return math.sqrt(y)\n") != base  # a rename counts
+    assert normalized_code("import math\ndef f(x):\n    return math.sqrt(x) + 0\n") != base
+    # a docstring-only body keeps a body
+    assert normalized_code('def g():\n    """Only a docstring."""\n') == normalized_code("def g():\n    pass\n")
 
 
-def test_stage_closures_hold_what_the_stage_runs_and_not_the_rest() -> None:
-    chain = stage_modules("recursive")
-    assert {"roar.chain", "roar.training", "roar.metrics", "roar.data.storage", "roar.masking",
-            "roar.importance.gradient", "roar.importance.integrated_gradient", "roar.models.bilstm"} <= chain
-    assert not {"roar.report", "roar.racu", "roar.figures", "roar.audit", "roar.launch"} & chain
-    report = stage_modules("report")
-    assert {"roar.report", "roar.racu", "roar.figures"} <= report and "roar.chain" not in report
-    prepare = stage_modules("prepare")
-    assert {"roar.data.prepare", "roar.data.polarity", "roar.data.babi", "roar.data.checkpoint_tokenizer",
-            "roar.registry", "roar.masking"} <= prepare
-    # preparing data runs no model code: a change to a model does not invalidate prepared data
-    assert "roar.chain" not in prepare and not {m for m in prepare if m.startswith("roar.models")}
+def test_the_chain_s_computing_path_holds_what_computes_and_not_what_reports() -> None:
+    chain = computing_modules("chain")
+    assert {"roar.pipeline.chain", "roar.pipeline.runner", "roar.method.masking", "roar.models.training",
+            "roar.models.bilstm", "roar.data.storage", "roar.importance.integrated_gradient"} <= chain
+    for outside in ("roar.cli", "roar.tracking", "roar.report", "roar.launch", "roar.pipeline.step_store",
+                    "roar.pipeline.step_record", "roar.pipeline.provenance", "roar.pipeline.stage"):
+        assert not [m for m in chain if m == outside or m.startswith(outside + ".")], outside
+    assert "roar.report.tables" in computing_modules("report") and "roar.models.bilstm" not in computing_modules(
+        "report")
+    assert "roar.models.training" not in computing_modules("prepare")
 
 
-def test_a_measures_step_code_holds_that_measure_only() -> None:
-    names = lambda module: {str(p.relative_to(provenance.SRC)) for p in chain_code_files(module)}  # noqa: E731
-    gradient, attention = names("roar.importance.gradient"), names("roar.importance.attention")
-    assert "importance/gradient.py" in gradient and "importance/attention.py" not in gradient
-    assert "importance/attention.py" in attention and "importance/gradient.py" not in attention
-    assert "importance/base.py" in gradient  # what gradient itself imports stays
-    assert gradient - {"importance/gradient.py"} == attention - {"importance/attention.py"}
+def test_a_measure_s_fingerprint_holds_its_own_module_and_not_the_others() -> None:
+    gradient = chain_modules(measure_module("gradient"))
+    assert "roar.importance.gradient" in gradient and "roar.importance.integrated_gradient" not in gradient
+    prints = code_fingerprints()["chain"]
+    assert set(prints) == set(MEASURES) and len(set(prints.values())) == len(MEASURES)
 
 
-def test_files_digest_changes_with_content_and_name(tmp_path: Path) -> None:
-    a, b = tmp_path / "a.py", tmp_path / "b.py"
-    a.write_text("x = 1\n")
-    b.write_text("y = 2\n")
-    first = files_digest([a, b], tmp_path)
-    assert files_digest([b, a], tmp_path) == first  # order does not matter
-    a.write_text("x = 1  # changed\n")
-    assert files_digest([a, b], tmp_path) != first
-    a.write_text("x = 1\n")
-    assert files_digest([a, b], tmp_path) == first
-    a.rename(tmp_path / "c.py")
-    assert files_digest([tmp_path / "c.py", b], tmp_path) != first
+def test_imports_inside_functions_count() -> None:
+    # training imports the embeddings lazily, inside a function, and the model families through their registry
+    assert {"roar.models.registry", "roar.data.embeddings"} <= module_imports("roar.models.training")
 
 
-def test_library_versions_name_torch_and_transformers() -> None:
-    versions = provenance.library_versions()
-    assert versions["torch"].startswith("2.13.0") and versions["transformers"] != "absent"
+def test_verified_changes_chain_back_to_every_earlier_equivalent() -> None:
+    log = [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "x", "to": "y"}]
+    assert equivalent_fingerprints("c", log) == {"a", "b", "c"}
+    assert equivalent_fingerprints("b", log) == {"a", "b"}  # verification runs forwards only
+    assert equivalent_fingerprints("z", log) == {"z"}
 
 
-def test_the_explained_class_is_a_param_of_the_chains_and_the_report() -> None:
-    """``importance.target`` changes what the gradient chains compute and what the report says."""
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    for name in ("recursive", "roar", "report"):
-        assert "importance.target" in stages[name]["params"], name
-    for name in ("prepare", "train_k0", "train_all_masked"):
-        assert "importance.target" not in stages[name].get("params", []), name
+def test_lookup_of_dotted_keys() -> None:
+    prints = {"train": "t", "chain": {"gradient": "g"}}
+    assert lookup(prints, "fingerprints.chain.gradient") == "g" and lookup(prints, "fingerprints.train") == "t"
+    assert lookup(prints, "fingerprints.chain.occlusion") is None and lookup(prints, "fingerprints.chain") is None
+    assert fingerprint_key("recursive", "gradient") == "fingerprints.chain.gradient"
+    assert fingerprint_key("train_all_masked") == "fingerprints.train"

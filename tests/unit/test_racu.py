@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from roar.racu import BOOTSTRAP_RESAMPLES, mean_interval, racu, racu_seed
+from roar.method.racu import BOOTSTRAP_RESAMPLES, mean_interval, racu, racu_seed
 
 
 def test_hand_computed_half():

@@ -8,8 +8,8 @@ import torch
 
 from roar.data.storage import DatasetMeta
 from roar.models.registry import build_model
-from roar.registry import MODEL_FAMILIES, ModelFamily, model_family
-from roar.train_config import TrainConfig
+from roar.config.catalog import MODEL_FAMILIES, ModelFamily, model_family
+from roar.config.train_config import TrainConfig
 
 SMALL = {"embedding_dim": 8, "hidden": 4, "attention_hidden": 4}
 
@@ -45,7 +45,7 @@ def test_a_registered_family_builds_by_its_builder_and_refuses_what_it_lacks(sin
 
 
 def test_measures_check_the_family_capabilities(single_only):
-    from roar.registry import check_supported
+    from roar.config.catalog import check_supported
 
     check_supported("gradient", single_only.name)
     with pytest.raises(ValueError, match="'attention' is not defined for model 'tiny-single': it needs attention"):

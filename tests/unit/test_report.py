@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from roar.study_report import write_report
+from roar.report.study import write_report
 
 KS = [0, 25, 50, 75, 100]
 RANDOM = [1.0, 0.875, 0.75, 0.625, 0.5]
@@ -193,7 +193,7 @@ def test_one_seed_and_many_seeds(tmp_path):
     """One seed: no interval, flagged; the flag is gone from 5 seeds on."""
     import pandas as pd
 
-    from roar.report import racu_markdown, summarise_racu
+    from roar.report.tables import racu_markdown, summarise_racu
 
     def per_seed(values):
         return pd.DataFrame([{"dataset": "babi-1", "model": "bilstm-attention", "measure": "gradient",
@@ -210,9 +210,9 @@ def test_one_seed_and_many_seeds(tmp_path):
 
 
 def test_compute_table_sums_seconds_per_chain_over_the_studys_seeds_and_steps() -> None:
-    from roar.params import study_from_params
-    from roar.report import compute_markdown, compute_table
-    from roar.step_record import StepRecord
+    from roar.config.params import study_from_params
+    from roar.report.tables import compute_markdown, compute_table
+    from roar.pipeline.step_record import StepRecord
 
     study = study_from_params({"study": {"name": "t", "datasets": ["babi-1"], "models": ["bilstm-attention"],
                                          "measures": ["random", "gradient"], "roar_measures": [], "seeds": [0, 1],

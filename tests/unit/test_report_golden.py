@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from roar.params import study_from_params
-from roar.report import _csv, racu_per_seed, summarise_racu
+from roar.config.params import study_from_params
+from roar.report.tables import _csv, racu_per_seed, summarise_racu
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 STUDY = study_from_params({"study": {"name": "golden", "datasets": ["babi-1"], "models": ["bilstm-attention"],

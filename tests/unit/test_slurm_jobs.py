@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from roar.slurm import (
+from roar.launch.slurm import (
     DEFAULTS,
     Job,
     Submission,

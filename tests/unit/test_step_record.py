@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from roar.fileio import content_hash
-from roar.step_record import CurveScore, StepRecord, read_records
-from roar.step_store import StepStore
+from roar.core.fileio import content_hash
+from roar.pipeline.step_record import CurveScore, StepRecord, read_records
+from roar.pipeline.step_store import StepStore
 
 SCORE = {"value": 0.5, "seconds": 0.25, "data_hash": "d1", "model_hash": "m0"}
 STEP = {"dataset": "babi-1", "model": "bilstm-attention", "measure": "gradient", "recursive": True,
@@ -67,14 +67,14 @@ def test_the_store_reuses_a_step_only_with_its_key_and_its_files(tmp_path: Path)
                                    "model_hash": content_hash(store.model_dir(90))})
     store.write(record)
     said = []
-    assert store.load_done(90, "abc", said.append) == record
-    assert store.load_done(90, "other key", said.append) is None and not said
-    assert store.load_done(10, "abc", said.append) is None  # no record
+    assert store.load_done(90, {"abc"}, said.append) == record
+    assert store.load_done(90, {"other key"}, said.append) is None and not said
+    assert store.load_done(10, {"abc"}, said.append) is None  # no record
     (store.model_dir(90) / "model.safetensors").write_text("changed")
-    assert store.load_done(90, "abc", said.append) is None
+    assert store.load_done(90, {"abc"}, said.append) is None
     assert "differs from the step record's" in said[0]
     store.record_path(90).write_text("{")
-    assert store.load_done(90, "abc", said.append) is None and "unreadable step record" in said[1]
+    assert store.load_done(90, {"abc"}, said.append) is None and "unreadable step record" in said[1]
 
 
 def test_the_store_drops_steps_no_longer_studied(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roar.dvcplots import offline_page, vega_libraries
-from roar.errors import RoarError
-from roar.paths import project_root
-from roar.studies import new_study, resolve_study, stale_studies, study_dvc_yaml, study_names, sync_studies
-from roar.tracking import tracking_uri
+from roar.report.dvc_plots import offline_page, vega_libraries
+from roar.core.errors import RoarError
+from roar.config.layout import project_root
+from roar.launch.studies import new_study, resolve_study, stale_studies, study_dvc_yaml, study_names, sync_studies
+from roar.tracking.mlflow_tracker import tracking_uri
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,15 +23,16 @@ def test_committed_study_folders_match_the_root_dvc_yaml() -> None:
     assert {"paper-babi-1", "rotten-tomatoes", "rotten-tomatoes-minilm"} <= set(study_names(REPO))
 
 
-def test_study_dvc_yaml_moves_only_the_code_dependencies() -> None:
+def test_study_dvc_yaml_moves_only_the_code_fingerprints_file() -> None:
     top = yaml.safe_load((REPO / "dvc.yaml").read_text())
     study = yaml.safe_load(study_dvc_yaml((REPO / "dvc.yaml").read_text()))
     assert study["plots"] == top["plots"] and set(study["stages"]) == set(top["stages"])
     for name, stage in top["stages"].items():
         moved = study["stages"][name]
-        assert {k: v for k, v in moved.items() if k != "deps"} == {k: v for k, v in stage.items() if k != "deps"}
-        expected = [f"../../{d}" if d.startswith("src/") else d for d in stage["deps"]]
-        assert moved["deps"] == expected and any(d.startswith("../../src/roar/") for d in moved["deps"])
+        assert {k: v for k, v in moved.items() if k != "params"} == {k: v for k, v in stage.items() if k != "params"}
+        expected = [{"../../provenance.yaml": item["provenance.yaml"]} if isinstance(item, dict) else item
+                    for item in stage["params"]]
+        assert moved["params"] == expected and any(isinstance(item, dict) for item in moved["params"])
     assert "- data/prepared/${item.dataset}/${item.model}" in study_dvc_yaml((REPO / "dvc.yaml").read_text())
 
 

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 import torch
 
-from roar.chain import roar_step
+from roar.pipeline.chain import roar_step
 from roar.data.storage import Split
 from roar.data.tokenize import MASK_ID
 from roar.importance.random import RandomImportance
-from roar.racu import racu
+from roar.method.racu import racu
 
 N_FEATURES = 16
 TOKEN = 5  # any non-special id

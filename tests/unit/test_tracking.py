@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from roar.run_tracker import log_curve
-from roar.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, entry_point, runs_page_url
+from roar.tracking.protocol import log_curve
+from roar.tracking.mlflow_tracker import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, entry_point, runs_page_url
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_stages_logging_one_new_dataset_at_once_all_record_it(store: Path) -> No
 
 
 def test_only_unique_key_violations_are_retried() -> None:
-    from roar.tracking import lost_insert_race
+    from roar.tracking.mlflow_tracker import lost_insert_race
 
     assert lost_insert_race(RuntimeError("BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: datasets"))
     assert lost_insert_race(RuntimeError('(psycopg2.errors.UniqueViolation) duplicate key value violates unique '

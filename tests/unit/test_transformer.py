@@ -29,8 +29,8 @@ from roar.importance.integrated_gradient import IntegratedGradientImportance  # 
 from roar.importance.registry import make_measure  # noqa: E402
 from roar.models.batching import Batch, make_batch  # noqa: E402
 from roar.models.transformer import TransformerClassifier, pack_sequences  # noqa: E402
-from roar.registry import check_supported  # noqa: E402
-from roar.training import (  # noqa: E402
+from roar.config.catalog import check_supported  # noqa: E402
+from roar.models.training import (  # noqa: E402
     TrainConfig,
     TrainResult,
     build_model,
@@ -342,9 +342,9 @@ def test_mixed_precision_only_for_the_transformer_on_a_gpu(monkeypatch):
 def test_attention_measure_is_refused_for_the_transformer(tmp_path):
     from pathlib import Path
 
-    from roar.chain import ChainRunner, ChainSpec
-    from roar.params import load_params
-    from roar.run_tracker import NullTracker
+    from roar.pipeline.chain import ChainRunner, ChainSpec
+    from roar.config.params import load_params
+    from roar.tracking.protocol import NullTracker
 
     with pytest.raises(ValueError, match="'attention' is not defined for model 'roberta'"):
         check_supported("attention", "roberta")
@@ -384,10 +384,10 @@ def tiny_pair_dataset(monkeypatch):
 def test_minilm_prepare_train_mask_end_to_end(tiny_pair_dataset, tmp_path):
     """prepare -> train one epoch -> one ROAR step with the gradient measure: masked tokens hold
     the tokenizer's mask id, special tokens and the second sequence are untouched."""
-    from roar.chain import roar_step
+    from roar.pipeline.chain import roar_step
     from roar.data.prepare import PrepareConfig, prepare
     from roar.data.storage import read_dataset, vocab_size
-    from roar.training import train
+    from roar.models.training import train
 
     summary = prepare(tiny_pair_dataset, tmp_path / "data", PrepareConfig(val_fraction=0.25, max_length=512),
                       model="roberta", checkpoint=MINILM)

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from roar.datasets import PrepareConfig, RawExample, RawSplits
+from roar.config.datasets import PrepareConfig, RawExample, RawSplits
 
 ACTORS = ("Mary", "John", "Daniel", "Sandra")
 LOCATIONS = ("bathroom", "hallway", "kitchen", "office", "bedroom", "garden")

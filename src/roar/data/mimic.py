@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from roar.datasets import PrepareConfig, RawExample, RawSplits
+from roar.config.datasets import PrepareConfig, RawExample, RawSplits
 from roar.data.sources import NEGATIVE, POSITIVE, check_options, missing, source_kind, stratified_split
 from roar.data.tokenize import tokenize
 

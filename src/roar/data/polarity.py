@@ -15,8 +15,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from roar.fileio import file_digest
-from roar.datasets import PrepareConfig, RawExample, RawSplits, split_validation
+from roar.core.fileio import file_digest
+from roar.config.datasets import PrepareConfig, RawExample, RawSplits, split_validation
 from roar.data.sources import HUB, NEGATIVE, PACKAGE, POSITIVE, check_options, hub_splits, missing, source_kind
 
 REQUIREMENT = "vaderSentiment==3.3.2"

@@ -1,7 +1,7 @@
 """Prepare a dataset for a model: read its source, tokenize, write the splits.
 
 Datasets are registered in :data:`DATASETS` with their task type and metrics and a loader that
-returns raw text examples; the model family's ``encoding`` (:mod:`roar.registry`) decides the
+returns raw text examples; the model family's ``encoding`` (:mod:`roar.config.catalog`) decides the
 tokenisation: our word vocabulary built from the training split (``word``), or the checkpoint's
 own tokenizer (``checkpoint``).
 """
@@ -16,9 +16,9 @@ import numpy as np
 
 from roar.data.storage import DatasetMeta, Split, write_dataset
 from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS, Vocabulary, tokenize
-from roar.datasets import (DATASETS, DatasetSpec, PrepareConfig, RawExample, RawSplits, dataset_spec,  # noqa: F401
+from roar.config.datasets import (DATASETS, DatasetSpec, PrepareConfig, RawExample, RawSplits, dataset_spec,  # noqa: F401
                            label_ids, split_validation)
-from roar.registry import model_family
+from roar.config.catalog import model_family
 
 
 def load_raw(spec: DatasetSpec, config: PrepareConfig) -> RawSplits:
@@ -73,7 +73,7 @@ def prepare(dataset: str, out: Path, config: PrepareConfig, model: str = "bilstm
         dataset: a name in :data:`DATASETS`.
         out: the dataset folder to write (atomically).
         config: source and sizes.
-        model: a model family (:data:`roar.registry.MODEL_FAMILIES`); its ``encoding`` decides
+        model: a model family (:data:`roar.config.catalog.MODEL_FAMILIES`); its ``encoding`` decides
             the tokenisation.
         checkpoint: the checkpoint whose tokenizer the ``checkpoint`` encoding uses.
     """

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from roar.datasets import PrepareConfig, RawExample, RawSplits
+from roar.config.datasets import PrepareConfig, RawExample, RawSplits
 from roar.data.sources import HUB, check_options, find_folder, hub_splits, missing, source_kind
 
 LABELS = ("entailment", "neutral", "contradiction")  # the HF dataset's label ids 0, 1, 2

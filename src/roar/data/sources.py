@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from roar.datasets import PrepareConfig, RawExample, split_validation
+from roar.config.datasets import PrepareConfig, RawExample, split_validation
 
 HUB = "hub"
 PACKAGE = "package"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from roar.datasets import PrepareConfig, RawExample, RawSplits
+from roar.config.datasets import PrepareConfig, RawExample, RawSplits
 from roar.data.sources import HUB, NEGATIVE, POSITIVE, check_options, find_folder, hub_splits, missing, source_kind
 
 SPLIT_FILES = {"train": "train.txt", "val": "dev.txt", "test": "test.txt"}

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from roar.errors import RoarError, one_line
-from roar.fileio import atomic_dir
+from roar.core.errors import RoarError, one_line
+from roar.core.fileio import atomic_dir
 
 SPLITS = ("train", "val", "test")
 

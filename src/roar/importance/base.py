@@ -45,7 +45,7 @@ class ImportanceMeasure(Protocol):
     It uses a model only through :class:`~roar.models.base.Classifier`.
 
     Attributes:
-        name: the measure's name in :data:`roar.registry.MEASURES_BY_NAME`.
+        name: the measure's name in :data:`roar.config.catalog.MEASURES_BY_NAME`.
         needs_model: whether ``attribute`` reads the model (else it gets None).
         explains_class: whether it explains the logit of one class (``importance.target``).
     """

@@ -43,7 +43,7 @@ class IntegratedGradientImportance:
 
     @staticmethod
     def model_passes(params: dict) -> int:
-        """One gradient pass per Riemann sample (what roar.plan's cost model counts)."""
+        """One gradient pass per Riemann sample (what roar.launch.plan's cost model counts)."""
         return int(params.get("samples", 50))
 
     def rows_per_pass(self, model: torch.nn.Module, batch: Batch, device: torch.device) -> int:

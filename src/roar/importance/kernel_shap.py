@@ -111,7 +111,7 @@ class KernelShapImportance:
 
     @staticmethod
     def model_passes(params: dict) -> int:
-        """Forward passes per example (roar.plan's cost model): ``samples`` coalitions plus the
+        """Forward passes per example (roar.launch.plan's cost model): ``samples`` coalitions plus the
         whole and the all-masked input."""
         return int(params.get("samples", 64)) + 2
 

@@ -12,7 +12,7 @@ from roar.models.batching import Batch
 
 def candidate_positions(batch: Batch, mask_id: int, unmaskable_ids: tuple[int, ...]) -> torch.Tensor:
     """``[B, L]`` bool: the first-sequence positions that masking may still choose (inside the
-    sequence, not a special token, not already the mask token; :func:`roar.masking.mask_top_k`)."""
+    sequence, not a special token, not already the mask token; :func:`roar.method.masking.mask_top_k`)."""
     tokens, lengths = batch.tokens.cpu().numpy(), batch.lengths.cpu().numpy()
     maskable = maskable_positions(tokens, lengths, unmaskable_ids) & (tokens != mask_id)
     return torch.from_numpy(maskable).to(batch.tokens.device)
@@ -89,7 +89,7 @@ class OcclusionImportance:
 
     @staticmethod
     def model_passes(params: dict) -> int:
-        """Forward passes per example (roar.plan's cost model): about one per token of a
+        """Forward passes per example (roar.launch.plan's cost model): about one per token of a
         bAbI/sentence-length example plus the unoccluded one; 20 is a typical sentence."""
         return 21
 

@@ -1,9 +1,9 @@
 """Build an importance measure by name: each measure's module is imported only when it is used.
 
-The names and ``module:Class`` of every measure are in :data:`roar.registry.MEASURES_BY_NAME`; each
+The names and ``module:Class`` of every measure are in :data:`roar.config.catalog.MEASURES_BY_NAME`; each
 class declares its parameters (``from_params``) and needs (``needs_model``, ``explains_class``; see
 :class:`roar.importance.base.ImportanceMeasure`); the model capabilities a measure needs are registry
-data (:func:`roar.registry.check_supported`).
+data (:func:`roar.config.catalog.check_supported`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 from roar.importance.base import ImportanceMeasure, MeasureContext
-from roar.registry import measure_target
+from roar.config.catalog import measure_target
 
 
 def measure_class(name: str) -> type[ImportanceMeasure]:
@@ -24,7 +24,7 @@ def make_measure(name: str, params: dict | None = None, context: MeasureContext 
     """The importance measure called ``name``, configured.
 
     Args:
-        name: one of :data:`roar.registry.MEASURES`.
+        name: one of :data:`roar.config.catalog.MEASURES`.
         params: its options (params.yaml ``importance.<name>``); missing keys take the class's defaults.
         context: what the run knows (seed, training split, vocabulary size, classes).
     """

@@ -33,7 +33,7 @@ class Classifier(Protocol):
     A model is a ``torch.nn.Module`` whose class also declares ``cudnn_rnn`` (its RNNs need
     training mode for a backward pass under cuDNN) and ``mixed_precision`` (train in 16-bit
     floats on a GPU), and which has ``saved_floats_per_row`` (roar.models.device) and
-    ``make_optimizer`` (roar.training).
+    ``make_optimizer`` (roar.models.training).
     """
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from roar.models.base import ModelOutput
 
 if TYPE_CHECKING:
     from roar.data.storage import DatasetMeta
-    from roar.train_config import TrainConfig
+    from roar.config.train_config import TrainConfig
 
 
 def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -177,6 +177,6 @@ class BiLSTMAttention(nn.Module):
 def build(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
           architecture: dict | None = None) -> BiLSTMAttention:
     """A randomly initialised BiLSTM-attention for ``meta``'s task (the family's builder in
-    :mod:`roar.registry`; ``architecture`` is unused: ``config`` describes the whole model)."""
+    :mod:`roar.config.catalog`; ``architecture`` is unused: ``config`` describes the whole model)."""
     return BiLSTMAttention(vocab_size, len(meta.classes), meta.paired, config.embedding_dim, config.hidden,
                            config.attention_hidden)

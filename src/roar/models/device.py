@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from roar.errors import RoarError
-from roar.train_config import DEVICES
+from roar.core.errors import RoarError
+from roar.config.train_config import DEVICES
 
 if TYPE_CHECKING:
     import torch

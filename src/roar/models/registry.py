@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from roar.registry import model_family
+from roar.config.catalog import model_family
 
 if TYPE_CHECKING:
     from roar.data.storage import DatasetMeta
     from roar.models.base import Classifier
-    from roar.train_config import TrainConfig
+    from roar.config.train_config import TrainConfig
 
 
 def build_model(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
@@ -23,7 +23,7 @@ def build_model(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
         vocab_size: number of token ids of the dataset.
         config: the training hyperparameters.
         architecture: a saved model's architecture description (a transformer's HF config, see
-            :func:`roar.training.save_model`): rebuild it without network instead of loading weights.
+            :func:`roar.models.training.save_model`): rebuild it without network instead of loading weights.
     """
     family = model_family(config.model)
     if meta.paired and not family.supports("paired"):

@@ -23,7 +23,7 @@ from roar.models.base import ModelOutput
 
 if TYPE_CHECKING:
     from roar.data.storage import DatasetMeta
-    from roar.train_config import TrainConfig
+    from roar.config.train_config import TrainConfig
 
 
 def pack_sequences(first: torch.Tensor, lengths: torch.Tensor, second: torch.Tensor | None = None,
@@ -183,7 +183,7 @@ class TransformerClassifier(nn.Module):
 def build(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
           architecture: dict | None = None) -> TransformerClassifier:
     """The pretrained ``config.checkpoint`` with a fresh classification head for ``meta``'s task (the
-    family's builder in :mod:`roar.registry`).
+    family's builder in :mod:`roar.config.catalog`).
 
     Args:
         architecture: a saved model's HF config (``TransformerClassifier.config_dict``): rebuild that

@@ -1,0 +1,138 @@
+"""Running a study: validate, plan, launch (locally or on Slurm), follow jobs, find its MLflow runs."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from roar.cli.common import PARAMS, STUDY, fail, load_checked_params, command
+
+
+@command()
+def validate(params: Path = PARAMS) -> None:
+    """Check PARAMS against the schema and that the data and model files the study would read are
+    readable where they exist; prints `<file>: ok (N stages)` or the one-line error."""
+    from roar.pipeline.checks import check_outputs
+    from roar.config.schema import check_study, stage_count
+
+    loaded = load_checked_params(params)
+    check_outputs(loaded)
+    typer.echo(f"{params}: ok ({stage_count(check_study(loaded['study'], str(params)))} stages)")
+    from roar.models.device import device_problem
+
+    # A warning, not a failure: a login node without a GPU may submit stages to GPU nodes.
+    problem = device_problem((loaded.get("runtime") or {}).get("device"))
+    if problem:
+        typer.echo(f"{params}: warning: {problem}; stages started on this machine will stop", err=True)
+
+
+class Executor(str, Enum):
+    """Where ``roar pipeline`` runs the stages."""
+
+    local = "local"
+    slurm = "slurm"
+
+
+@command()
+def plan(params_file: Path = typer.Argument(Path("params.yaml"), metavar="[PARAMS]", help="Study to plan."),
+         jobs: int = typer.Option(1, "--jobs", help="Stages run at once (for the wall time)."),
+         gpu_speedup: str = typer.Option(None, "--gpu-speedup", help="GPU speed-up over one local stage process: "
+                                         "X for every model, or MODEL=X,... (e.g. bilstm-attention=5,roberta=40)."),
+         calibrate: bool = typer.Option(False, "--calibrate", help="Time synthetic batches (about 30 s) for what "
+                                        "no earlier run in the MLflow store measured."),
+         mlflow_uri: str = typer.Option(None, "--mlflow", help="MLflow store with earlier runs (default: the "
+                                        "project's tracking URI).")) -> None:
+    """Print the stages, trainings and importance passes of PARAMS and an estimate of their compute."""
+    from roar.launch.plan import build_plan, format_plan
+
+    loaded = load_checked_params(params_file)
+    typer.echo(format_plan(build_plan(loaded, str(params_file), Path("."), mlflow_uri, jobs, gpu_speedup,
+                                      calibrate)))
+
+
+@command()
+def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local executor)."),
+             push: bool = typer.Option(True, "--push/--no-push", help="Push outputs to the DVC remote."),
+             executor: Executor = typer.Option(Executor.local, help="local: on this machine; slurm: one "
+                                               "Slurm job per stage that is not done (runtime.slurm)."),
+             wait: bool = typer.Option(False, "--wait/--no-wait", help="slurm: wait for the jobs and print "
+                                       "their states."),
+             poll: float = typer.Option(10.0, min=0.1, help="slurm --wait: seconds between state checks."),
+             study: str = STUDY) -> None:
+    """Run the whole study (dvc repro, chains in parallel, or Slurm jobs), then push to the DVC remote."""
+    import subprocess
+    import time
+
+    from roar.launch.studies import resolve_study
+
+    root = resolve_study(study)
+    load_checked_params(root / "params.yaml")
+
+    from roar.launch.local import push_study, run_pipeline, submit_pipeline
+
+    start = time.perf_counter()
+    if executor is Executor.slurm:
+        from roar.launch.slurm import summary
+
+        submission = submit_pipeline(root, push=push, wait=wait, poll=poll, log=typer.echo)
+        if wait and submission.jobs:
+            typer.echo(summary(submission))
+            typer.echo(f"[roar] Slurm jobs finished in {time.perf_counter() - start:.0f} s")
+            if any(job.state != "COMPLETED" for job in submission.jobs):
+                raise typer.Exit(1)
+        return
+    try:
+        run_pipeline(root, jobs=jobs, log=typer.echo)
+    except RuntimeError as error:  # a stage failed: its output follows the first line
+        fail(error, multiline=True)
+    except subprocess.CalledProcessError as error:
+        fail(error)
+    typer.echo(f"[roar] pipeline finished in {time.perf_counter() - start:.0f} s")
+    if push:
+        code = push_study(root)
+        if code != 0:
+            fail(RuntimeError(f"`dvc push` failed (exit {code}); check the DVC remote "
+                               "(`dvc remote list`), or run with --no-push"))
+        typer.echo("[roar] outputs pushed to the DVC remote")
+
+
+@command()
+def jobs(wait: bool = typer.Option(False, "--wait/--no-wait", help="Wait until every job has finished."),
+         poll: float = typer.Option(10.0, min=0.1, help="Seconds between state checks.")) -> None:
+    """Show the states of the last Slurm submission's jobs (`roar pipeline --executor slurm`)."""
+    from roar.core.errors import RoarError
+    from roar.launch.slurm import check_cluster, last_submission, refresh, summary
+    from roar.launch.slurm import wait as wait_jobs
+
+    check_cluster()
+    submission = last_submission(Path("."))
+    if submission is None:
+        raise RoarError("no Slurm submission in this workspace (.roar/slurm/); run `roar pipeline --executor slurm`")
+    if wait:
+        wait_jobs(submission, poll, typer.echo)
+    typer.echo(summary(refresh(submission)))
+
+
+@command("pipeline-finish", hidden=True)
+def pipeline_finish(study_run_id: str,
+                    push: bool = typer.Option(True, "--push/--no-push", help="Push outputs to the DVC remote.")) -> None:
+    """The last job of a Slurm submission: final dvc repro, push, end the study run."""
+    from roar.launch.local import finish_pipeline
+
+    try:
+        finish_pipeline(Path("."), study_run_id, push)
+    except RuntimeError as error:
+        fail(error)
+    typer.echo("[roar] study complete")
+
+
+@command("mlflow-url")
+def mlflow_url(params: Path = PARAMS,
+               base: str = typer.Option("http://127.0.0.1:5000", help="Where `mlflow ui` or the server answers.")) -> None:
+    """Print the MLflow UI page of the study's runs (the model-training view, not MLflow 3's GenAI overview)."""
+    from roar.config.params import study_from_params
+    from roar.tracking.mlflow_tracker import study_runs_url
+
+    typer.echo(study_runs_url(study_from_params(load_checked_params(params)).name, base))

@@ -1,0 +1,51 @@
+"""Studies side by side: the default at the project root, others under ``studies/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from roar.cli.common import app, command
+
+
+study_app = typer.Typer(help="Studies side by side: the default at the project root, others under studies/.",
+                        no_args_is_help=True)
+app.add_typer(study_app, name="study")
+
+
+@command("list", group=study_app)
+def study_list() -> None:
+    """The studies of this project, each with its folder and study name."""
+    from roar.config.params import load_params
+    from roar.config.layout import STUDIES, project_root
+    from roar.launch.studies import DEFAULT, study_names
+
+    root = project_root()
+    for name in study_names(root):
+        folder = root if name == DEFAULT else root / STUDIES / name
+        typer.echo(f"{name:<28} {folder.relative_to(root).as_posix():<36} "
+                   f"study.name={load_params(folder / 'params.yaml')['study']['name']}")
+
+
+@command("new", group=study_app)
+def study_new(name: str = typer.Argument(..., help="Folder name under studies/."),
+              source: Path = typer.Option(..., "--from", help="Params file to start from (copied, comments kept).")) -> None:
+    """Create studies/NAME with a copy of a params file and the generated dvc.yaml."""
+    from roar.config.layout import project_root
+    from roar.launch.studies import new_study
+
+    folder = new_study(name, source, project_root())
+    typer.echo(f"{folder}: params.yaml, dvc.yaml; run it with `roar pipeline --study {name}`")
+
+
+@command("sync", group=study_app)
+def study_sync() -> None:
+    """Regenerate every study folder's dvc.yaml from the project's dvc.yaml (after editing that one)."""
+    from roar.config.layout import project_root
+    from roar.launch.studies import sync_studies
+
+    root = project_root()
+    written = sync_studies(root)
+    typer.echo("\n".join(f"{folder.relative_to(root)}/dvc.yaml: regenerated" for folder in written)
+               or "every study dvc.yaml is up to date")

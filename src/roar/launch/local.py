@@ -1,0 +1,286 @@
+"""Run a whole study: DVC stages in dependency waves, independent chains in parallel.
+
+Each wave runs ``dvc repro --single-item <stage>`` (earlier waves made its inputs) for its stages on a pool of ``jobs``
+workers (DVC releases its repository lock while a stage's command runs, so independent stages
+of one workspace run side by side). All stages share one MLflow study run, passed down through
+``ROAR_STUDY_RUN_ID``. A final plain ``dvc repro`` runs whatever is left (the report) and
+proves the pipeline complete.
+
+:func:`submit_pipeline` is the Slurm executor's entry (one job per stage that is not done, see
+:mod:`roar.launch.slurm`); :func:`finish_pipeline` is its last job.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from pathlib import Path
+from threading import Lock
+
+from roar.config.layout import stage_kind
+
+# The all-masked models are only needed by the report, so they fill the chains' wave.
+WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
+# The study run's tag naming the folder it ran in (``.`` or ``studies/<name>``; see roar.launch.studies).
+STUDY_FOLDER_TAG = "roar.study_folder"
+# Within a wave, costlier stages start first so that the pool does not end on one long chain.
+COST_ORDER = ("kernel-shap", "integrated-gradient", "occlusion", "gradient", "input-x-gradient", "attention",
+              "mutual-information", "random")
+
+
+def _cost_rank(stage: str) -> tuple[int, str]:
+    for rank, measure in enumerate(COST_ORDER):
+        if f"-{measure}-" in stage:
+            return rank, stage
+    return len(COST_ORDER), stage
+
+
+def stage_names(root: Path) -> list[str]:
+    out = subprocess.run(["dvc", "stage", "list", "--name-only"], cwd=root, capture_output=True, text=True,
+                         check=True).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _repro(root: Path, env: dict, stage: str, started=None) -> tuple[str, int, float, str]:
+    if started is not None:
+        started(stage)
+    start = time.perf_counter()
+    proc = subprocess.run(["dvc", "--wait-for-lock", "repro", "--single-item", stage], cwd=root, env=env, capture_output=True,
+                          text=True)
+    return stage, proc.returncode, time.perf_counter() - start, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+class Progress:
+    """Stages done of all, the running ones, and an estimate of the time left: each stage not yet
+    finished is expected to take the mean time of the finished stages of its kind (of all finished
+    stages when none of its kind has finished), spread over ``jobs`` workers."""
+
+    def __init__(self, stages: list[str], jobs: int):
+        self.stages, self.jobs = stages, jobs
+        self.running: list[str] = []
+        self.seconds: dict[str, float] = {}
+        self._lock = Lock()
+
+    def started(self, stage: str) -> None:
+        with self._lock:
+            self.running.append(stage)
+
+    def finished(self, stage: str, seconds: float) -> None:
+        with self._lock:
+            if stage in self.running:
+                self.running.remove(stage)
+            self.seconds[stage] = seconds
+
+    def _by_kind(self) -> dict[str, list[float]]:
+        """The seconds of the finished stages, by stage kind."""
+        kinds: dict[str, list[float]] = {}
+        for stage, seconds in self.seconds.items():
+            kinds.setdefault(stage_kind(stage), []).append(seconds)
+        return kinds
+
+    def seconds_left(self) -> float | None:
+        """None until a stage has finished."""
+        if not self.seconds:
+            return None
+        by_kind = self._by_kind()
+        overall = sum(self.seconds.values()) / len(self.seconds)
+        left = [stage for stage in self.stages if stage not in self.seconds]
+        total = sum((sum(v) / len(v)) if (v := by_kind.get(stage_kind(s))) else overall for s in left)
+        return total / self.jobs
+
+    def line(self, stage: str, ok: bool, seconds: float) -> str:
+        """``[7/23] stage: ok in 12.3 s; running: a, b; ~4 min left``."""
+        text = f"[{len(self.seconds)}/{len(self.stages)}] {stage}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s"
+        with self._lock:
+            running = list(self.running)
+        if running:
+            text += f"; running: {', '.join(running)}"
+        left = self.seconds_left()
+        if left is not None and len(self.seconds) < len(self.stages):
+            text += f"; ~{left / 60:.0f} min left" if left >= 90 else f"; ~{left:.0f} s left"
+        return text
+
+    def summary(self) -> str:
+        """Seconds by stage kind: stages, total, mean, longest."""
+        kinds = self._by_kind()
+        lines = [f"{'stage kind':<18} {'stages':>6} {'total s':>9} {'mean s':>8} {'max s':>8}"]
+        lines += [f"{kind:<18} {len(v):>6} {sum(v):>9.1f} {sum(v) / len(v):>8.1f} {max(v):>8.1f}"
+                  for kind, v in kinds.items()]
+        return "\n".join(lines)
+
+
+@contextmanager
+def workspace_lock(root: Path) -> Iterator[None]:
+    """Hold the workspace's pipeline lock, or refuse at once when another ``roar pipeline`` holds it.
+
+    An ``fcntl`` lock dies with its process, so a pipeline killed with SIGKILL leaves no stale lock.
+    """
+    path = root / ".roar.pipeline.lock"
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            raise RuntimeError(f"another `roar pipeline` (pid {holder}) is running in {root.resolve()}; "
+                               "wait for it to finish or stop it, then run again (finished steps are kept)") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.truncate(0)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print) -> dict[str, float]:
+    """Reproduce every stage; returns each stage's wall seconds. Raises on the first failure, and
+    at once when another pipeline runs in the same workspace."""
+    with workspace_lock(root):
+        return _run_pipeline(root, jobs, log)
+
+
+def _open_study_run(root: Path):
+    """The tracker and the (re)opened, RUNNING study run of ``root``'s params and commit."""
+    from roar.config.params import load_params, study_from_params
+    from roar.tracking.protocol import open_study_run
+    from roar.tracking.mlflow_tracker import Tracker
+
+    params = load_params(root / "params.yaml")
+    tracker = Tracker(study_from_params(params).name, root)
+    study_run = open_study_run(tracker, params, owned=True)
+    tracker.set_tag(study_run, STUDY_FOLDER_TAG, study_folder(root))
+    return params, tracker, study_run
+
+
+def study_folder(root: Path) -> str:
+    """``root`` relative to its project: ``.`` for the default study, ``studies/<name>`` for a study folder."""
+    from roar.config.layout import project_root
+
+    return Path(root).resolve().relative_to(project_root(root)).as_posix()
+
+
+def push_study(root: Path, env: dict | None = None) -> int:
+    """``dvc push`` of ``root``'s own ``dvc.yaml`` (a plain ``dvc push`` would push every study of the
+    project, and fail on those whose outputs this workspace never made); returns the exit status."""
+    return subprocess.run(["dvc", "push", "-q", "dvc.yaml"], cwd=root, env=env).returncode
+
+
+def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
+    _, tracker, study_run = _open_study_run(root)
+    tracker.client.set_tag(study_run, "roar.executor", "local")
+    env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
+    names = stage_names(root)
+    waves = [sorted((n for n in names if stage_kind(n) in wave), key=_cost_rank) for wave in WAVES]
+    progress = Progress([stage for wave in waves for stage in wave], jobs)
+    for wave, stages in zip(WAVES, waves):
+        log(f"[roar] {len(stages)} stage(s): {', '.join(wave)} ({jobs} at a time)")
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_repro, root, env, stage, progress.started) for stage in stages]
+            for future in as_completed(futures):
+                stage, code, seconds, output = future.result()
+                progress.finished(stage, seconds)
+                log(f"[roar]   {progress.line(stage, code == 0, seconds)}")
+                if code != 0:
+                    pool.shutdown(wait=True, cancel_futures=True)  # running stages end; queued ones never start
+                    tracker.end(study_run, failed=True)
+                    raise RuntimeError(f"stage {stage} failed:\n{output}")
+    log(progress.summary())
+    timings = dict(progress.seconds)
+    start = time.perf_counter()
+    final = _final_repro(root, env)
+    timings["final dvc repro"] = time.perf_counter() - start
+    tracker.end(study_run, failed=final != 0)
+    if final != 0:
+        raise RuntimeError(f"the final `dvc repro` failed (exit {final}); see its output above")
+    return timings
+
+
+def _final_repro(root: Path, env: dict) -> int:
+    """A plain ``dvc repro``: runs what is left (the report) and proves the pipeline complete."""
+    return subprocess.run(["dvc", "--wait-for-lock", "repro"], cwd=root, env=env, stdout=sys.stdout,
+                          stderr=sys.stderr).returncode
+
+
+def submit_pipeline(root: Path = Path("."), push: bool = True, wait: bool = False, poll: float = 10.0,
+                    log=print):
+    """Submit the stages that are not done as Slurm jobs (:mod:`roar.launch.slurm`); with ``wait``, poll
+    until they finish and end the study run FAILED if any did not complete. Returns the submission."""
+    from roar.launch import slurm
+    from roar.tracking.mlflow_tracker import PROCESS_TAG
+
+    slurm.check_cluster()
+    with workspace_lock(root):
+        slurm.check_no_live_jobs(root)
+        params, tracker, study_run = _open_study_run(root)
+        # The jobs, not this process, end the study run: no orphan check may end it when we exit.
+        tracker.client.delete_tag(study_run, PROCESS_TAG)
+        tracker.client.set_tag(study_run, "roar.executor", "slurm")
+        try:
+            submission = slurm.submit(root, (params.get("runtime") or {}).get("slurm"), study_run,
+                                      slurm.study_env(study_run, tracker.uri), push, log)
+        except BaseException:
+            tracker.end(study_run, failed=True)
+            raise
+        if not submission.jobs:
+            tracker.end(study_run)
+            log("[roar] every stage is up to date; nothing submitted")
+            return submission
+    if wait:
+        wait_for(root, submission, tracker, study_run, poll, log)
+    return submission
+
+
+def wait_for(root: Path, submission, tracker, study_run: str, poll: float, log) -> None:
+    """Wait for a submission's jobs; the study run ends FAILED if one did not complete."""
+    from roar.launch import slurm
+
+    slurm.wait(submission, poll, log)
+    if any(job.state != "COMPLETED" for job in submission.jobs):
+        tracker.end(study_run, failed=True)
+
+
+def finish_pipeline(root: Path, study_run_id: str, push: bool) -> None:
+    """The last Slurm job: a final ``dvc repro`` (proves the study complete), the optional push,
+    and the end of the study run."""
+    from roar.config.params import load_params, study_from_params
+    from roar.tracking.mlflow_tracker import Tracker
+
+    tracker = Tracker(study_from_params(load_params(root / "params.yaml")).name, root)
+    env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run_id, "MLFLOW_TRACKING_URI": tracker.uri}
+    code = _final_repro(root, env)
+    if code == 0 and push:
+        code = push_study(root, env)
+    tracker.end(study_run_id, failed=code != 0)
+    if code != 0:
+        raise RuntimeError(f"the final `dvc repro`{' or `dvc push`' if push else ''} failed (exit {code})")
+
+
+def result_outputs(root: Path) -> list[str]:
+    """The ``results/`` outputs recorded in ``dvc.lock``: all that the report stage reads."""
+    import yaml
+
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    return sorted({out["path"] for stage in lock["stages"].values() for out in stage.get("outs", [])
+                   if out["path"].startswith("results/")})
+
+
+def reproduce_report(root: Path = Path("."), remote: str | None = None) -> None:
+    """Pull only the per-point results of this commit and re-run the report stage.
+
+    The CSV and Markdown tables are git-tracked DVC outputs, so ``git diff reports/`` afterwards
+    shows any difference from what the commit recorded.
+    """
+    outputs = result_outputs(root)
+    if not outputs:
+        raise FileNotFoundError("dvc.lock records no results/ outputs; nothing to reproduce")
+    subprocess.run(["dvc", "pull", "-q", *(["-r", remote] if remote else []), *outputs], cwd=root, check=True)
+    subprocess.run(["dvc", "repro", "--force", "--single-item", "report"], cwd=root, check=True)

@@ -1,0 +1,342 @@
+"""Prove that a code change did not move a study's outputs, instead of recomputing every step.
+
+When a stage kind's fingerprint in ``provenance.yaml`` differs from the one a study's ``dvc.lock``
+recorded (or the lock predates fingerprints), :func:`verify_code_change`:
+
+1. finds those stale stages in every study (the root and ``studies/*``), grouped by fingerprint key
+   (``fingerprints.chain.<measure>``, ``fingerprints.train``, ...) and by the commit their lock was
+   made at;
+2. picks one sample per key: the first step of one chain (lowest seed) of the first study that has it;
+3. runs the samples from scratch twice, beside each other, in scratch folders: once under the code
+   of that commit (a detached git worktree) and once under the working tree's code. Each scratch
+   project runs the stage commands (prepare, the k = 0 and k = 100 models, the sample chains cut to
+   their first step, the report), so the verifier relies only on those commands, not on library APIs
+   that may have moved;
+4. compares every data and model file byte for byte (CPU runs are deterministic), the step records'
+   computed fields, and the report's tables;
+5. re-keys, in every ``dvc.lock``, the stale stages of the keys whose samples all matched (their code
+   fingerprint param, the code file dependencies of older locks dropped) and logs each verification
+   in ``provenance.yaml``, where a chain's step store also finds it. Keys that did not match stay
+   stale: ``dvc repro`` recomputes them.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roar.core.errors import RoarError
+from roar.launch.studies import study_folders
+from roar.pipeline.provenance import (PROVENANCE_FILE, STAGE_KINDS, code_fingerprints, fingerprint_key, lookup,
+                                      read_provenance, write_provenance)
+
+RUN_CLI = "import sys; from roar.cli import app; app(prog_name='roar')"
+# Step-record fields that say how a run went, not what it computed.
+RUN_FIELDS = ("run_id", "git_commit", "seconds", "step_key", "code_fingerprint", "libraries", "_path")
+# Report tables that hold run times.
+TIMED_TABLES = ("compute",)
+
+
+@dataclass(frozen=True)
+class StaleStage:
+    """A locked stage whose code fingerprint is not the current one."""
+
+    study: Path  # the study folder (the project root for the default study)
+    name: str  # its dvc.lock name, e.g. ``recursive@babi-1-bilstm-attention-gradient-0``
+    key: str  # its provenance key, e.g. ``fingerprints.chain.gradient``
+    argv: tuple[str, ...]  # the roar command it ran, without ``roar``
+    revision: str  # the commit its dvc.lock was last committed at
+
+
+@dataclass
+class ScratchProject:
+    """One scratch study: a dataset and model of one study, a seed, the sample chains, the commit whose
+    code it is compared against."""
+
+    study: Path
+    name: str  # the study's name (params.yaml)
+    revision: str
+    dataset: str
+    model: str
+    seed: int
+    first_step: int
+    chains: list[tuple[str, bool]] = field(default_factory=list)  # (measure, recursive)
+    keys: set[str] = field(default_factory=set)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{self.dataset}-{self.model}-s{self.seed}"
+
+
+def _lock_revision(root: Path, lock: Path) -> str:
+    out = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(lock.relative_to(root))], cwd=root,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    if not out:
+        raise RoarError(f"{lock} was never committed; verification compares against the code it was made with")
+    return out
+
+
+def _stage_target(argv: tuple[str, ...]) -> tuple[str, str]:
+    """(dataset, model) of a locked stage's roar command."""
+    if argv[0] == "prepare":
+        return argv[1], argv[argv.index("--model") + 1] if "--model" in argv else "bilstm-attention"
+    return argv[1], argv[2]
+
+
+def stale_stages(root: Path, fingerprints: dict) -> list[StaleStage]:
+    """Every locked stage of every study whose recorded code fingerprint differs from ``fingerprints``."""
+    import yaml
+
+    stale = []
+    for study in [root, *study_folders(root)]:
+        lock = study / "dvc.lock"
+        if not lock.is_file():
+            continue
+        revision = None
+        for name, entry in (yaml.safe_load(lock.read_text()).get("stages") or {}).items():
+            template = name.partition("@")[0]
+            if template not in STAGE_KINDS:
+                continue
+            argv = tuple(shlex.split(entry["cmd"]))[1:]
+            key = fingerprint_key(template, argv[3] if STAGE_KINDS[template] == "chain" else None)
+            locked = next((values.get(key) for path, values in (entry.get("params") or {}).items()
+                           if Path(path).name == PROVENANCE_FILE), None)
+            if locked != lookup(fingerprints, key):
+                revision = revision or _lock_revision(root, lock)
+                stale.append(StaleStage(study, name, key, argv, revision))
+    return stale
+
+
+def plan_samples(stale: list[StaleStage], study_params: Callable[[Path], dict]) -> list[ScratchProject]:
+    """One sample per (key, dataset, model, revision): the first step of a stale chain of the first study
+    that has one (lowest seed). Every scratch project also runs prepare, the reference models and the report, so
+    their keys come with any project; a study with only those stale gets a project of its own."""
+    projects: dict[tuple, ScratchProject] = {}
+    covered: set[tuple[str, str, str, str]] = set()
+
+    def project_for(stage: StaleStage, seed: int | None = None) -> ScratchProject:
+        dataset, model = _stage_target(stage.argv)
+        study = study_params(stage.study)["study"]
+        seed = int(study["seeds"][0]) if seed is None else seed
+        return projects.setdefault((stage.study, stage.revision, dataset, model), ScratchProject(
+            stage.study, study["name"], stage.revision, dataset, model, seed, int(study["steps"][0])))
+
+    for stage in sorted((s for s in stale if s.argv[0] == "chain"), key=lambda s: (str(s.study), int(s.argv[4]))):
+        sample = (stage.key, *_stage_target(stage.argv), stage.revision)
+        if sample in covered:
+            continue
+        project = project_for(stage, int(stage.argv[4]))
+        if int(stage.argv[4]) != project.seed:
+            continue  # the project samples another seed; this key is sampled at the next study or not at all
+        covered.add(sample)
+        project.chains.append((stage.argv[3], "--recursive" in stage.argv))
+        project.keys.add(stage.key)
+    for stage in (s for s in stale if s.argv[0] != "chain"):
+        if not any(p.revision == stage.revision for p in projects.values()):
+            project_for(stage)
+    for project in projects.values():
+        project.keys |= {"fingerprints.prepare", "fingerprints.train", "fingerprints.report"}
+    return list(projects.values())
+
+
+def scratch_params(params: dict, project: ScratchProject) -> dict:
+    """The study's params cut to the project: one dataset, model and seed, the first step, the sample
+    chains, one torch thread (old and new code run beside each other)."""
+    study = dict(params["study"])
+    study.update(datasets=[project.dataset], models=[project.model], seeds=[project.seed],
+                 steps=[project.first_step],
+                 measures=[m for m, recursive in project.chains if recursive],
+                 roar_measures=[m for m, recursive in project.chains if not recursive])
+    return {**params, "study": study, "runtime": {**(params.get("runtime") or {}), "threads": 1}}
+
+
+def _commands(project: ScratchProject) -> list[list[str]]:
+    d, m, s = project.dataset, project.model, str(project.seed)
+    commands = [["prepare", d, "--model", m],
+                ["train-reference", d, m, s, "--which", "k0", "--no-progress"],
+                ["train-reference", d, m, s, "--which", "all", "--no-progress"]]
+    commands += [["chain", d, m, measure, s, "--recursive" if recursive else "--roar", "--skip-unsupported",
+                  "--no-progress"] for measure, recursive in project.chains]
+    return commands + [["report"]]
+
+
+def run_project(project: ScratchProject, params: dict, code: Path, folder: Path, log: Callable[[str], None]) -> None:
+    """Run the scratch project in ``folder`` under the library at ``code`` (a ``src`` folder), through the
+    stage commands, with a tracking store of its own."""
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "params.yaml").write_text(yaml.safe_dump(scratch_params(params, project), sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(code), "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+           "ROAR_STUDY_RUN_ID": ""}
+    for argv in _commands(project):
+        done = subprocess.run([sys.executable, "-c", RUN_CLI, *argv], cwd=folder, env=env, capture_output=True,
+                              text=True)
+        if done.returncode:
+            raise RoarError(f"{project.label}: `roar {' '.join(argv)}` under {code} failed (exit "
+                            f"{done.returncode}): {done.stderr.strip().splitlines()[-1:] or ''}")
+        log(f"  {project.label} [{code.parent.name}] roar {' '.join(argv)}: ok")
+
+
+def _computed(record: dict) -> dict:
+    """A step record's fields that the computation determines (not run ids, times or code keys)."""
+    return {k: v for k, v in record.items() if not any(tag in k for tag in RUN_FIELDS)}
+
+
+def compare_projects(old: Path, new: Path) -> tuple[int, list[str]]:
+    """Compare two runs of one scratch project: data and model files byte for byte, the step records'
+    computed fields, the report's tables (all but run times). Returns (files compared, differences)."""
+    compared, differences = 0, []
+    for part in ("data", "models"):
+        old_files = sorted(p.relative_to(old) for p in (old / part).rglob("*") if p.is_file())
+        new_files = sorted(p.relative_to(new) for p in (new / part).rglob("*") if p.is_file())
+        if old_files != new_files:
+            differences.append(f"{part}/: other files ({len(old_files)} vs {len(new_files)})")
+            continue
+        for rel in old_files:
+            compared += 1
+            if not filecmp.cmp(old / rel, new / rel, shallow=False):
+                differences.append(f"{rel}: bytes differ")
+    for record in sorted(p.relative_to(old) for p in (old / "results").rglob("*.json")):
+        compared += 1
+        other = new / record
+        if not other.is_file() or _computed(json.loads((old / record).read_text())) != _computed(
+                json.loads(other.read_text())):
+            differences.append(f"{record}: computed fields differ")
+    for table in sorted(p.relative_to(old) for p in (old / "reports").glob("*.csv")):
+        if any(tag in table.name for tag in TIMED_TABLES):
+            continue
+        compared += 1
+        if not (new / table).is_file() or not filecmp.cmp(old / table, new / table, shallow=False):
+            differences.append(f"{table}: differs")
+    return compared, differences
+
+
+def rekey_lock(lock: Path, keys: dict[str, str], stage_names: set[str], provenance_path: str) -> int:
+    """Set the code fingerprint param of ``stage_names`` in ``lock`` to ``keys[their key]`` and drop the
+    source-file dependencies that older locks recorded (the fingerprint replaces them). Returns the
+    number of stages changed."""
+    from dvc.utils.serialize import modify_yaml
+
+    changed = 0
+    with modify_yaml(lock) as data:
+        for name, entry in data["stages"].items():
+            if name not in stage_names:
+                continue
+            template = name.partition("@")[0]
+            key = fingerprint_key(template, shlex.split(entry["cmd"])[4] if STAGE_KINDS[template] == "chain"
+                                  else None)
+            deps = [d for d in entry.get("deps", []) if "src/roar" not in d["path"]]
+            if deps:
+                entry["deps"] = deps
+            else:
+                entry.pop("deps", None)
+            params = entry.setdefault("params", {})
+            params[provenance_path] = {key: keys[key]}
+            changed += 1
+    return changed
+
+
+# Run under a commit's code: the fingerprints its step records carry (code from before provenance.yaml
+# fingerprinted only the chain, per measure, in roar.provenance).
+REVISION_FINGERPRINTS = """
+import json
+try:
+    from roar.pipeline.provenance import code_fingerprints
+    print(json.dumps(code_fingerprints()))
+except ImportError:
+    from roar.provenance import chain_code_fingerprint
+    from roar.registry import MEASURES, measure_module
+    print(json.dumps({"chain": {m: chain_code_fingerprint(measure_module(m)) for m in MEASURES}}))
+"""
+
+
+@dataclass
+class Verification:
+    """What :func:`verify_code_change` found: keys verified (with the log entries written), keys whose
+    samples differed (with the differences), and the stages re-keyed per study."""
+
+    verified: list[dict] = field(default_factory=list)
+    failed: dict[str, list[str]] = field(default_factory=dict)
+    rekeyed: dict[str, int] = field(default_factory=dict)
+    stale: int = 0
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: int = 2) -> Verification:
+    """Bring every study's ``dvc.lock`` up to date with the working tree's code where sample steps prove
+    that the outputs are unchanged (module docstring); returns what it found."""
+    from roar.config.params import load_params
+
+    root = root.resolve()
+    fingerprints = write_provenance(root)["fingerprints"]
+    stale = stale_stages(root, fingerprints)
+    result = Verification(stale=len(stale))
+    if not stale:
+        log("every study's dvc.lock holds the current code's fingerprints: nothing to verify")
+        return result
+    projects = plan_samples(stale, lambda study: load_params(study / "params.yaml"))
+    log(f"{len(stale)} locked stages were made by other code; sampling {sum(len(p.chains) for p in projects)} "
+        f"chain steps in {len(projects)} scratch projects, each under the old and the new code")
+    scratch = Path(tempfile.mkdtemp(prefix="roar-verify-"))
+    code = {rev: scratch / f"code-{rev[:12]}" for rev in {p.revision for p in projects}}
+    try:
+        for rev, path in code.items():
+            _git(root, "worktree", "add", "--detach", "--quiet", str(path), rev)
+        old_fps = {rev: json.loads(subprocess.run(
+            [sys.executable, "-c", REVISION_FINGERPRINTS], cwd=path, capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONPATH": str(path / "src")}).stdout) for rev, path in code.items()}
+        jobs = [(p, src, scratch / which / p.label) for p in projects
+                for which, src in (("old", code[p.revision] / "src"), ("new", root / "src"))]
+        with ThreadPoolExecutor(workers) as pool:
+            for future in [pool.submit(run_project, p, load_params(p.study / "params.yaml"), src, folder, log)
+                           for p, src, folder in jobs]:
+                future.result()
+        outcome = {}
+        for project in projects:
+            compared, differences = compare_projects(scratch / "old" / project.label, scratch / "new" / project.label)
+            log(f"{project.label}: {compared} files compared, {len(differences)} differ")
+            outcome[project.label] = (compared, differences)
+    finally:
+        for path in code.values():
+            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=root, capture_output=True)
+    head = _git(root, "rev-parse", "HEAD")
+    dirty = bool(_git(root, "status", "--porcelain", "--", "src"))
+    by_key: dict[tuple[str, str], list[ScratchProject]] = {}
+    for project in projects:
+        for key in project.keys:
+            by_key.setdefault((key, project.revision), []).append(project)
+    for (key, revision), samples in sorted(by_key.items()):
+        differences = [f"{p.label}: {d}" for p in samples for d in outcome[p.label][1]]
+        if differences:
+            result.failed[key] = differences
+            continue
+        sample = samples[0]
+        chain = next((f"{m} ({'recursive' if r else 'roar'})" for m, r in sample.chains if key.endswith(f".{m}")),
+                     "prepare, the k = 0 and k = 100 models, the report")
+        result.verified.append({
+            "key": key, "from": lookup(old_fps[revision], key), "to": lookup(fingerprints, key),
+            "from_revision": revision[:12], "to_revision": head[:12] + (" + working tree" if dirty else ""),
+            "sample": f"{sample.label} k={sample.first_step}: {chain}",
+            "files_identical": outcome[sample.label][0]})
+    ok = {(entry["key"], entry["from_revision"]) for entry in result.verified}
+    for study in sorted({s.study for s in stale}):
+        names = {s.name for s in stale if s.study == study and (s.key, s.revision[:12]) in ok}
+        if names:
+            path = Path(os.path.relpath(root / PROVENANCE_FILE, study)).as_posix()
+            result.rekeyed[str(study.relative_to(root))] = rekey_lock(
+                study / "dvc.lock", {s.key: lookup(fingerprints, s.key) for s in stale}, names, path)
+    write_provenance(root, (read_provenance(root).get("verified") or []) + result.verified)
+    return result
