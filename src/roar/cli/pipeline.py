@@ -70,6 +70,13 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
     root = resolve_study(study)
     load_checked_params(root / "params.yaml")
 
+    from roar.config.layout import project_root
+    from roar.pipeline.provenance import refresh_provenance
+
+    for key in refresh_provenance(project_root(root)):
+        typer.echo(f"[roar] the code of {key} changed: its stages run again (`roar provenance verify` proves "
+                   "them unchanged by recomputing a sample instead)")
+
     from roar.launch.local import push_study, run_pipeline, submit_pipeline
 
     start = time.perf_counter()

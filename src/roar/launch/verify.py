@@ -197,12 +197,11 @@ def compare_projects(old: Path, new: Path) -> tuple[int, list[str]]:
     computed fields, the report's tables (all but run times). Returns (files compared, differences)."""
     compared, differences = 0, []
     for part in ("data", "models"):
-        old_files = sorted(p.relative_to(old) for p in (old / part).rglob("*") if p.is_file())
-        new_files = sorted(p.relative_to(new) for p in (new / part).rglob("*") if p.is_file())
-        if old_files != new_files:
-            differences.append(f"{part}/: other files ({len(old_files)} vs {len(new_files)})")
-            continue
-        for rel in old_files:
+        old_files = {p.relative_to(old) for p in (old / part).rglob("*") if p.is_file()}
+        new_files = {p.relative_to(new) for p in (new / part).rglob("*") if p.is_file()}
+        differences += [f"{rel}: only in the {'old' if rel in old_files else 'new'} code's run"
+                        for rel in sorted(old_files ^ new_files)]
+        for rel in sorted(old_files & new_files):
             compared += 1
             if not filecmp.cmp(old / rel, new / rel, shallow=False):
                 differences.append(f"{rel}: bytes differ")
@@ -219,6 +218,19 @@ def compare_projects(old: Path, new: Path) -> tuple[int, list[str]]:
         if not (new / table).is_file() or not filecmp.cmp(old / table, new / table, shallow=False):
             differences.append(f"{table}: differs")
     return compared, differences
+
+
+def owner(difference: str) -> str:
+    """The fingerprint key whose stage writes the file a difference names (``data/prepared/...: bytes
+    differ`` -> ``fingerprints.prepare``): a difference only refuses the code that made that file."""
+    path = Path(difference.partition(":")[0])
+    parts = path.parts
+    if parts[0] == "reports":
+        return "fingerprints.report"
+    if parts[:2] == ("data", "prepared") or (parts[:2] == ("data", "masked") and parts[4:5] == ("all",)):
+        return "fingerprints.prepare"
+    slot = parts[4] if parts[0] == "data" else parts[3]  # data/masked/<d>/<m>/<measure>, models/<d>/<m>/<measure>
+    return "fingerprints.train" if slot in ("k0", "all") else f"fingerprints.chain.{slot}"
 
 
 def rekey_lock(lock: Path, keys: dict[str, str], stage_names: set[str], provenance_path: str) -> int:
@@ -315,11 +327,13 @@ def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: 
     head = _git(root, "rev-parse", "HEAD")
     dirty = bool(_git(root, "status", "--porcelain", "--", "src"))
     by_key: dict[tuple[str, str], list[ScratchProject]] = {}
+    stale_keys = {(s.key, s.revision) for s in stale}
     for project in projects:
         for key in project.keys:
-            by_key.setdefault((key, project.revision), []).append(project)
+            if (key, project.revision) in stale_keys:
+                by_key.setdefault((key, project.revision), []).append(project)
     for (key, revision), samples in sorted(by_key.items()):
-        differences = [f"{p.label}: {d}" for p in samples for d in outcome[p.label][1]]
+        differences = [f"{p.label}: {d}" for p in samples for d in outcome[p.label][1] if owner(d) == key]
         if differences:
             result.failed[key] = differences
             continue

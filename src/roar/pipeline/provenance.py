@@ -188,6 +188,19 @@ def write_provenance(root: Path, verified: list[dict] | None = None) -> dict:
     return content
 
 
+def refresh_provenance(root: Path) -> list[str]:
+    """Bring ``provenance.yaml`` up to date with the code (so that DVC sees code changes as changed
+    params); returns the keys whose fingerprint changed."""
+    before = read_provenance(root).get("fingerprints") or {}
+    after = code_fingerprints()
+    if after == before:
+        return []
+    write_provenance(root)
+    keys = ["fingerprints.prepare", "fingerprints.train", "fingerprints.report",
+            *(f"fingerprints.chain.{name}" for name in after["chain"])]
+    return [key for key in keys if lookup(before, key) != lookup(after, key)]
+
+
 def lookup(fingerprints: dict, key: str) -> str | None:
     """The value of a dotted ``fingerprints.*`` key (as :func:`fingerprint_key` names it)."""
     node: object = {"fingerprints": fingerprints}
