@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import TinyStudy, project_env, sh
+from tests.pipeline.conftest import TinyStudy, project_env, sh
 
 pytestmark = pytest.mark.pipeline
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import (S3_CREDENTIALS, TINY_RUN_KINDS, TinyStudy, commit, mlflow_runs, project_env, s3_server,
-                      sh)
+from tests.pipeline.conftest import (S3_CREDENTIALS, TINY_RUN_KINDS, TinyStudy, commit, mlflow_runs,
+                                     project_env, s3_server, sh)
 
 pytestmark = pytest.mark.pipeline
 

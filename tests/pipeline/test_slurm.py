@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import (
+from tests.pipeline.conftest import (
     REPO,
     REPORT,
     TINY_RUN_KINDS,

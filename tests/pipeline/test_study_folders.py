@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import commit, make_project, mlflow_runs, sh, tiny_params
+from tests.pipeline.conftest import commit, make_project, mlflow_runs, sh, tiny_params
 
 pytestmark = pytest.mark.pipeline
 

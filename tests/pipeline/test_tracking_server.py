@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import (BIN, REPORT, S3_CREDENTIALS, TinyStudy, free_port, make_project, mlflow_runs, project_env,
-                      s3_server, server_process, sh, tiny_params)
+from tests.pipeline.conftest import (BIN, REPORT, S3_CREDENTIALS, TinyStudy, free_port, make_project,
+                                     mlflow_runs, project_env, s3_server, server_process, sh, tiny_params)
 
 pytestmark = pytest.mark.pipeline
 BUCKET = "roar-mlflow"

@@ -17,7 +17,7 @@ from roar.tracking.protocol import NullTracker
 from roar.pipeline.step_record import StepRecord
 from roar.models.training import load_model, predict_logits
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STEPS = [50, 80]
 SPEC = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, True)
 

@@ -25,7 +25,7 @@ from roar.config.layout import Layout
 from roar.pipeline.stage import stage_runner
 from roar.models.training import load_model
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STEPS = [40, 70]
 
 
