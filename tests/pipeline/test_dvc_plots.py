@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from tests.pipeline.conftest import TinyStudy, project_env, sh
 
-pytestmark = pytest.mark.pipeline
 
 REQUIRED = os.environ.get("ROAR_REQUIRE_BROWSER") == "1"
 

@@ -15,7 +15,6 @@ import pytest
 import yaml
 from tests.pipeline.conftest import REPO, commit, make_project, mlflow_runs, project_env, sh
 
-pytestmark = pytest.mark.pipeline
 STUDY = "faults"
 CHAINS = ("random", "gradient")
 STEPS = (40, 70)

@@ -22,7 +22,6 @@ from tests.pipeline.conftest import BIN, REPORT, TinyStudy, free_port, project_e
 
 from roar.tracking.mlflow_tracker import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, runs_page_url
 
-pytestmark = pytest.mark.pipeline
 
 CHROMEDRIVER = "chromedriver"
 CHROMIUM = ("chromium", "chromium-browser")

@@ -13,8 +13,6 @@ import yaml
 from tests.pipeline.conftest import (S3_CREDENTIALS, TINY_RUN_KINDS, TinyStudy, commit, mlflow_runs,
                                      project_env, s3_server, sh)
 
-pytestmark = pytest.mark.pipeline
-
 
 @pytest.fixture(scope="module")
 def project(tiny_study: TinyStudy) -> Path:

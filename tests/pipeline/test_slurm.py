@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tests.conftest import tiny_params
 from tests.pipeline.conftest import (
     REPO,
     REPORT,
@@ -24,10 +25,7 @@ from tests.pipeline.conftest import (
     mlflow_runs,
     project_env,
     sh,
-    tiny_params,
 )
-
-pytestmark = pytest.mark.pipeline
 
 
 def _controller_up() -> bool:
