@@ -51,7 +51,7 @@ def commit(root: Path, message: str) -> None:
 def make_project(root: Path, params: dict) -> Path:
     """A git + DVC project with this repo's pipeline files, its own copy of ``src/`` and ``params``."""
     root.mkdir(parents=True, exist_ok=True)
-    for name in ("dvc.yaml", "MLproject", "python_env.yaml", ".gitignore", ".dvcignore"):
+    for name in ("dvc.yaml", "provenance.yaml", "MLproject", "python_env.yaml", ".gitignore", ".dvcignore"):
         shutil.copy(REPO / name, root / name)
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
