@@ -1,4 +1,5 @@
-# Two self-contained entry points: `make run` (the embedded default study) and `make test`.
+# Self-contained entry points: `make run` (the embedded default study), `make test` (the fast tests) and
+# `make test-services` (the tests that run real services: DVC pipelines, an MLflow server, Slurm, a browser).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +7,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 JOBS ?= 2
 
-.PHONY: setup run study plots test test-slow bench gpu-check clean
+.PHONY: setup run study plots test test-services test-slow bench gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +37,11 @@ plots: setup
 	dvc plots show
 
 test: setup
-	$(BIN)/python -m pytest -q --durations=12
+	$(BIN)/python -m pytest -q --durations=12 -m "not slow and not services"
+
+# tests/pipeline/ (marked `services` by tests/conftest.py); .ci/run starts Slurm and installs chromium first
+test-services: setup
+	$(BIN)/python -m pytest -q --durations=12 -m "services and not slow"
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow

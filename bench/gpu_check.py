@@ -3,7 +3,7 @@
 Run as ``python bench/gpu_check.py`` on a machine with a GPU (about 1-2 minutes on one modern
 GPU; it must stay under 5). Without a GPU it prints one line saying so and what it would have
 run, and exits 0. ``--device cpu --small`` runs the same code on the CPU with tiny models (a dry
-run of the script itself; tests/unit/test_device.py runs both).
+run of the script itself; tests/unit/models/test_device.py runs both).
 
 For each model, on small synthetic data made here (no download; the transformer is randomly
 initialised with RoBERTa-base's shape and saved as a local checkpoint):

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO, tiny_params
+
 BIN = Path(sys.executable).parent
 
 
@@ -72,16 +73,6 @@ def mlflow_runs(root: Path, experiment: str, uri: str | None = None):
     client = MlflowClient(uri or f"sqlite:///{root / 'mlflow.db'}")
     found = client.get_experiment_by_name(experiment)
     return client.search_runs([found.experiment_id], max_results=10_000)
-
-
-def tiny_params() -> dict:
-    """The tiny study of the pipeline tests: 2 measures x 2 seeds x steps 40, 70 on small bAbI-1."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["study"].update(name="tiny", measures=["random", "attention"], seeds=[0, 1], steps=[40, 70])
-    # big enough to learn something (k = 0 well above chance), so that RACU is defined
-    params["prepare"]["babi-1"].update(n_train=600, n_test=100)
-    params["train"]["bilstm-attention"]["babi-1"].update(epochs=4, lr=0.01)
-    return params
 
 
 # The MLflow runs of the tiny study by kind: the shared k = 0 and all-masked chains (2 seeds) and

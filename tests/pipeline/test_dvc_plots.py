@@ -8,9 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import TinyStudy, project_env, sh
+from tests.pipeline.conftest import TinyStudy, project_env, sh
 
-pytestmark = pytest.mark.pipeline
 
 REQUIRED = os.environ.get("ROAR_REQUIRE_BROWSER") == "1"
 

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, commit, make_project, mlflow_runs, project_env, sh
+from tests.pipeline.conftest import REPO, commit, make_project, mlflow_runs, project_env, sh
 
-pytestmark = pytest.mark.pipeline
 STUDY = "faults"
 CHAINS = ("random", "gradient")
 STEPS = (40, 70)

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPORT, TinyStudy, free_port, project_env, server_process
+from tests.pipeline.conftest import BIN, REPORT, TinyStudy, free_port, project_env, server_process
 
 from roar.tracking.mlflow_tracker import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, runs_page_url
 
-pytestmark = pytest.mark.pipeline
 
 CHROMEDRIVER = "chromedriver"
 CHROMIUM = ("chromium", "chromium-browser")

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import (S3_CREDENTIALS, TINY_RUN_KINDS, TinyStudy, commit, mlflow_runs, project_env, s3_server,
-                      sh)
-
-pytestmark = pytest.mark.pipeline
+from tests.pipeline.conftest import (S3_CREDENTIALS, TINY_RUN_KINDS, TinyStudy, commit, mlflow_runs,
+                                     project_env, s3_server, sh)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +91,7 @@ def test_report_files_and_dvc_views(project: Path) -> None:
 
 
 def test_racu_matches_an_independent_numpy_computation(project: Path) -> None:
-    """RACU recomputed from points.csv with plain numpy (DESIGN §2) equals racu.csv's mean (of the
+    """RACU recomputed from points.csv with plain numpy equals racu.csv's mean (of the
     unclipped per-seed values) and racu_seeds.csv's per-seed values, for every curve (the no-retrain
     ones against the random measure's same curve)."""
     import csv

@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import (
+from tests.conftest import tiny_params
+from tests.pipeline.conftest import (
     REPO,
     REPORT,
     TINY_RUN_KINDS,
@@ -24,10 +25,7 @@ from conftest import (
     mlflow_runs,
     project_env,
     sh,
-    tiny_params,
 )
-
-pytestmark = pytest.mark.pipeline
 
 
 def _controller_up() -> bool:

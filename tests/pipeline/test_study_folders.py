@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import commit, make_project, mlflow_runs, sh, tiny_params
-
-pytestmark = pytest.mark.pipeline
+from tests.conftest import tiny_params
+from tests.pipeline.conftest import commit, make_project, mlflow_runs, sh
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +38,6 @@ def test_the_study_keeps_its_own_outputs(project: Path) -> None:
     # the default study is untouched: its stages are still to run, the study's are done
     assert "Data and pipelines are up to date" in sh("dvc", "status", "dvc.yaml", cwd=study)
     assert "prepare@babi-1-bilstm-attention" in sh("dvc", "status", "dvc.yaml", cwd=project)
-
 
 
 def test_audit_inside_a_study_folder(project: Path) -> None:

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import (BIN, REPORT, S3_CREDENTIALS, TinyStudy, free_port, make_project, mlflow_runs, project_env,
-                      s3_server, server_process, sh, tiny_params)
+from tests.conftest import tiny_params
+from tests.pipeline.conftest import (BIN, REPORT, S3_CREDENTIALS, TinyStudy, free_port, make_project,
+                                     mlflow_runs, project_env, s3_server, server_process, sh)
 
-pytestmark = pytest.mark.pipeline
 BUCKET = "roar-mlflow"
 PARENT_KIND = {"chain": "study", "step": "chain", "importance": "step", "train": "step", "report": "study"}
 # What a run is, without the ids, times and commit that differ between two runs of one study.

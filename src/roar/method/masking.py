@@ -1,6 +1,6 @@
 """Masking of the first sequence by importance, and one (Recursive) ROAR step.
 
-Rules (DESIGN §2): only the first sequence is masked; special tokens are never masked;
+Rules: only the first sequence is masked; special tokens are never masked;
 already-masked tokens stay masked and count towards k; ``quantile`` masks
 ``floor(k/100 * maskable)`` tokens, ``count`` masks ``min(k, maskable)``; masked tokens are
 replaced by the mask id (length kept); ties go to the earlier position (stable sort).

@@ -1,4 +1,4 @@
-"""RACU (relative area between curves) and intervals of the mean over seeds (DESIGN §2).
+"""RACU (relative area between curves) and intervals of the mean over seeds.
 
 Per seed, :func:`racu_seed` gives both the raw ratio and the value clipped to [-1, 1]; a
 study's mean is taken over the *unclipped* per-seed values (clipping each seed before averaging
@@ -73,11 +73,6 @@ def racu_seed(k: np.ndarray, measure: np.ndarray, random: np.ndarray) -> SeedRac
         return SeedRacu(float("nan"), float("nan"))
     unclipped = _trapezoid(b - p, k) / denominator
     return SeedRacu(float(np.clip(unclipped, -1.0, 1.0)), float(unclipped))
-
-
-def racu(k: np.ndarray, measure: np.ndarray, random: np.ndarray) -> float:
-    """The clipped RACU of one seed, in [-1, 1] (NaN when the random curve encloses no area); see :func:`racu_seed`."""
-    return racu_seed(k, measure, random).racu
 
 
 def _percent(confidence: float) -> str:

@@ -158,7 +158,7 @@ class BiLSTMAttention(nn.Module):
         Per token: the LSTM inputs (time-major and reversed copies), the LSTM kernels' workspace
         (gates and cell states of both directions, the larger part), the states and the attention
         layer. The coefficients bound what torch's CPU (oneDNN) kernels keep, measured with
-        ``torch.autograd.graph.saved_tensors_hooks`` (tests/unit/test_device.py); cuDNN keeps less.
+        ``torch.autograd.graph.saved_tensors_hooks`` (tests/unit/models/test_device.py); cuDNN keeps less.
         """
         dim, hidden = self.embedding.embedding_dim, self.encoder.forward_lstm.hidden_size
         return (length + length2) * (16 * dim + 36 * hidden + 2 * self.attention_in.out_features)

@@ -149,7 +149,7 @@ class TransformerClassifier(nn.Module):
         output, the residual and LayerNorm inputs, the feed-forward's input and its ``I``-wide
         activation before and after GELU), plus ``4 d`` for the embeddings and the head; with
         eager attention (not SDPA) also ``2 heads T`` per token and layer for the scores and
-        probabilities. Measured against ``saved_tensors_hooks`` in tests/unit/test_device.py.
+        probabilities. Measured against ``saved_tensors_hooks`` in tests/unit/models/test_device.py.
         """
         config = self.hf.config
         tokens, dim = length + length2, config.hidden_size

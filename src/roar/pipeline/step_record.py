@@ -49,7 +49,8 @@ class TrainedPoint:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One curve point's record; :meth:`to_json` / :meth:`from_json` give its on-disk keys (DESIGN §4)."""
+    """One curve point's record; :meth:`to_json` / :meth:`from_json` give its on-disk keys, which
+    the step store and the report read back."""
 
     dataset: str
     model: str

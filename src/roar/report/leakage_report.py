@@ -11,6 +11,7 @@ import pandas as pd
 from roar.config.params import Study
 from roar.config.layout import mode_name, mode_title
 from roar.pipeline.step_record import StepRecord
+from roar.report.markdown import markdown_table, percent
 
 CHAIN_KEYS = ["dataset", "model", "measure", "recursive", "strategy"]
 DIAGNOSTICS = ["mask_probe", "majority", "label_word_absent", "other_labels_visible", "predicted_is_gold_test"]
@@ -69,8 +70,16 @@ def summarise_leakage(per_seed: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=LEAK_COLUMNS)
 
 
-def _pct(x: float) -> str:
-    return "—" if math.isnan(x) else f"{100 * x:.0f}"
+def _probe_cell(row: pd.DataFrame) -> str:
+    """Mask probe accuracy (%) of one measure at one k, answer absent (%) in parentheses, in bold with an
+    arrow where the curve rises; empty where the measure has no point at that k."""
+    if row.empty:
+        return ""
+    r = row.iloc[0]
+    cell = percent(r["mask_probe"], 0)
+    if not math.isnan(r["label_word_absent"]):
+        cell += f" ({percent(r['label_word_absent'], 0)})"
+    return f"**{cell}**↑" if r["rises"] else cell
 
 
 def leakage_markdown(summary: pd.DataFrame, target: str) -> str:
@@ -108,23 +117,12 @@ def leakage_markdown(summary: pd.DataFrame, target: str) -> str:
     for (dataset, model), frame in summary.groupby(["dataset", "model"], sort=True):
         for recursive, panel in frame.groupby("recursive", sort=False):
             ks = sorted(panel["k"].unique())
+            rows = [[measure, *(_probe_cell(points[points["k"] == k]) for k in ks)]
+                    for measure, points in panel.groupby("measure", sort=True)]
             lines += [f"#### Mask probe accuracy (%), {dataset}/{model}, "
                       f"{mode_title(recursive)} (majority "
-                      f"{_pct(panel['majority'].mean())} %)", "",
-                      "| measure | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
-            for measure, rows in panel.groupby("measure", sort=True):
-                cells = []
-                for k in ks:
-                    row = rows[rows["k"] == k]
-                    if row.empty:
-                        cells.append("")
-                        continue
-                    r = row.iloc[0]
-                    cell = _pct(r["mask_probe"])
-                    if not math.isnan(r["label_word_absent"]):
-                        cell += f" ({_pct(r['label_word_absent'])})"
-                    cells.append(f"**{cell}**↑" if r["rises"] else cell)
-                lines.append(f"| {measure} | " + " | ".join(cells) + " |")
+                      f"{percent(panel['majority'].mean(), 0)} %)", "",
+                      *markdown_table(["measure", *(f"k={k}" for k in ks)], rows)]
             lines += ["", f"In parentheses: answer absent (%). ↑ = the curve is more than {RISE:.2f} above its "
                       "lowest point at a smaller k.", ""]
     return "\n".join(lines)

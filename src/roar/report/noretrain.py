@@ -19,6 +19,7 @@ import pandas as pd
 from roar.config.params import Study
 from roar.config.layout import mode_title
 from roar.pipeline.step_record import StepRecord
+from roar.report.markdown import markdown_table, number, percent
 from roar.report.tables import (CHAIN_KEYS, RACU_SEED_COLUMNS, RETRAINED, racu_per_seed, summarise_curves,
                          summarise_racu)
 
@@ -53,7 +54,8 @@ def no_retrain_tables(records: list[StepRecord], points: pd.DataFrame, study: St
     for curve, frame in points.groupby("curve", sort=True):
         curves.append(summarise_curves(frame.drop(columns="curve")).assign(curve=curve))
     return {"noretrain_racu_seeds": no_retrain, "noretrain": summarise_by_curve(every),
-            "noretrain_tau": rank_agreement(every), "noretrain_compute": compute_by_curve(records, study),
+            "noretrain_tau": rank_agreement_with_recursive_roar(every),
+            "noretrain_compute": compute_by_curve(records, study),
             "noretrain_curves": pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()}
 
 
@@ -84,7 +86,7 @@ def kendall(reference: pd.Series, other: pd.Series) -> tuple[float, float, int, 
     return float(result.statistic), float(result.pvalue), n, note
 
 
-def rank_agreement(per_seed: pd.DataFrame) -> pd.DataFrame:
+def rank_agreement_with_recursive_roar(per_seed: pd.DataFrame) -> pd.DataFrame:
     """Per dataset, model and seed: Kendall's tau between the measures' ranking by Recursive ROAR's RACU
     (unclipped) and by every other curve (plain ROAR's retrained curve and the no-retrain curves)."""
     rows = []
@@ -150,14 +152,6 @@ def compute_by_curve(records: list[StepRecord], study: Study) -> pd.DataFrame:
     return frame
 
 
-def _pct(x: float) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
-
-
-def _tau(x: float) -> str:
-    return "—" if math.isnan(x) else f"{x:+.2f}"
-
-
 def conclusions(tau: pd.DataFrame, compute: pd.DataFrame) -> list[str]:
     """One line per dataset/model and compared curve, from the numbers: in how many seeds it ranks the
     measures as Recursive ROAR does, its mean tau, and how much less compute it needs."""
@@ -200,39 +194,38 @@ def no_retrain_markdown(tables: dict[str, pd.DataFrame]) -> str:
     columns = [(r, c) for r, c in sorted({(bool(r), c) for r, c in zip(summary["recursive"], summary["curve"])},
                                          key=lambda rc: (not rc[0], rc[1] != RETRAINED, rc[1]))]
     for (dataset, model), frame in summary.groupby(["dataset", "model"], sort=True):
-        lines += [f"### RACU (%) by curve, {dataset}/{model}", "",
-                  "| measure | " + " | ".join(curve_name(r, c) for r, c in columns) + " |",
-                  "|---|" + "---|" * len(columns)]
-        for measure, rows in frame.groupby("measure", sort=True):
+        rows = []
+        for measure, racu in frame.groupby("measure", sort=True):
             cells = []
             for recursive, curve in columns:
-                cell = rows[(rows["recursive"] == recursive) & (rows["curve"] == curve)]
-                cells.append("" if cell.empty else f"{_pct(cell.iloc[0]['racu_mean'])} (n={cell.iloc[0]['n_seeds']})")
-            lines.append(f"| {measure} | " + " | ".join(cells) + " |")
+                cell = racu[(racu["recursive"] == recursive) & (racu["curve"] == curve)]
+                cells.append("" if cell.empty
+                             else f"{percent(cell.iloc[0]['racu_mean'])} (n={cell.iloc[0]['n_seeds']})")
+            rows.append([measure, *cells])
+        lines += [f"### RACU (%) by curve, {dataset}/{model}", "",
+                  *markdown_table(["measure", *(curve_name(r, c) for r, c in columns)], rows)]
         lines += ["", "Mean over seeds of the unclipped per-seed RACU; intervals in `noretrain.csv`.", ""]
     if not tau.empty:
         seeds = sorted(tau["seed"].unique())
-        lines += ["### Rank agreement with Recursive ROAR (Kendall's τ over measures, per seed)", "",
-                  "| dataset | model | curve | " + " | ".join(f"seed {s}" for s in seeds) + " | measures |",
-                  "|---|---|---|" + "---|" * (len(seeds) + 1)]
+        rows = []
         for (dataset, model, recursive, curve), frame in tau.groupby(["dataset", "model", "recursive", "curve"],
                                                                      sort=True):
-            cells = [_tau(frame[frame["seed"] == s]["tau"].iloc[0]) if (frame["seed"] == s).any() else ""
+            cells = [number(frame[frame["seed"] == s]["tau"].iloc[0], "+.2f") if (frame["seed"] == s).any() else ""
                      for s in seeds]
-            lines.append(f"| {dataset} | {model} | {curve_name(recursive, curve)} | " + " | ".join(cells)
-                         + f" | {int(frame['n_measures'].max())} |")
+            rows.append([dataset, model, curve_name(recursive, curve), *cells, str(int(frame["n_measures"].max()))])
+        lines += ["### Rank agreement with Recursive ROAR (Kendall's τ over measures, per seed)", "",
+                  *markdown_table(["dataset", "model", "curve", *(f"seed {s}" for s in seeds), "measures"], rows)]
         lines += ["", "τ-b (scipy.stats.kendalltau) between the measures' ranking by Recursive ROAR's unclipped RACU "
                   "and by the curve's, over the measures with a RACU in both (random excluded); — = undefined: fewer "
                   "than 2 measures or one ranking all ties (`noretrain_tau.csv`, column `note`). 1 = same order, "
                   "−1 = reversed.", ""]
     if not compute.empty:
-        lines += ["### Compute per curve", "",
-                  "| dataset | model | measure | curve | seconds | of which scoring | needs retraining | "
-                  "Recursive ROAR / curve |", "|---|---|---|---|---|---|---|---|"]
-        for r in compute.itertuples():
-            lines.append(f"| {r.dataset} | {r.model} | {r.measure} | {curve_name(r.recursive, r.curve)} | "
-                         f"{r.seconds:.1f} | {r.scoring_seconds:.2f} | {'yes' if r.needs_retraining else 'no'} | "
-                         f"{'—' if math.isnan(r.ratio) else f'{r.ratio:.1f}'} |")
+        header = ["dataset", "model", "measure", "curve", "seconds", "of which scoring", "needs retraining",
+                  "Recursive ROAR / curve"]
+        rows = [[r.dataset, r.model, r.measure, curve_name(r.recursive, r.curve), f"{r.seconds:.1f}",
+                 f"{r.scoring_seconds:.2f}", "yes" if r.needs_retraining else "no", number(r.ratio, ".1f")]
+                for r in compute.itertuples()]
+        lines += ["### Compute per curve", "", *markdown_table(header, rows)]
         lines += ["", "Seconds summed over seeds and steps from the step records: retraining = training + importance; "
                   "a no-retrain curve = its scoring (model load and forward pass over the masked test split) plus what "
                   "its masks need: the k = 0 model's importance once for plain ROAR's deletion curve (the chain "

@@ -29,6 +29,7 @@ import pandas as pd
 from roar.core.errors import RoarError
 from roar.report.noretrain import kendall, summarise_by_curve
 from roar.config.params import Study
+from roar.report.markdown import MISSING, markdown_table, number, percent
 from roar.report.tables import CHAIN_KEYS, RETRAINED, racu_per_seed
 
 POINT_COLUMNS = ("dataset", "model", "measure", "recursive", "strategy", "seed", "k", "metric", "value", "curve")
@@ -135,10 +136,11 @@ def compare(plain: pd.DataFrame, masked: pd.DataFrame, compute: dict[str, pd.Dat
                 contender=contender.name, study=contender.study))
     return {"seeds": seeds[SEED_COLUMNS].reset_index(drop=True),
             "summary": pd.concat(summary, ignore_index=True)[SUMMARY_COLUMNS],
-            "tau": rank_agreement(seeds), "compute": compute_table(seeds, compute or {}, shared or {})}
+            "tau": rank_agreement_between_contenders(seeds),
+            "compute": compute_by_contender(seeds, compute or {}, shared or {})}
 
 
-def rank_agreement(seeds: pd.DataFrame) -> pd.DataFrame:
+def rank_agreement_between_contenders(seeds: pd.DataFrame) -> pd.DataFrame:
     """Kendall's tau-b per dataset, model and seed between every pair of contenders' rankings of the measures
     (by the unclipped per-seed RACU, over the measures both rank); the reference first."""
     order = {c.name: i for i, c in enumerate(CONTENDERS)}
@@ -153,7 +155,8 @@ def rank_agreement(seeds: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TAU_COLUMNS)
 
 
-def compute_table(seeds: pd.DataFrame, compute: dict[str, pd.DataFrame], shared: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def compute_by_contender(seeds: pd.DataFrame, compute: dict[str, pd.DataFrame],
+                         shared: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Seconds of each contender per dataset/model/measure from its study's ``noretrain_compute.csv`` (NaN where
     the study has none), the Recursive ROAR / contender ratio, and the study's shared-model training seconds."""
     rows = []
@@ -197,53 +200,44 @@ def read_table(folder: Path, name: str, columns: tuple[str, ...]) -> pd.DataFram
     return table
 
 
-def _pct(x: float) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
-
-
-def _number(x: float, digits: int) -> str:
-    return "—" if math.isnan(x) else f"{x:.{digits}f}"
-
-
 def markdown(tables: dict[str, pd.DataFrame]) -> str:
     """The comparison as markdown: RACU per contender, tau per seed against Recursive ROAR, compute."""
     summary, tau, compute = tables["summary"], tables["tau"], tables["compute"]
     names = [c.name for c in CONTENDERS if c.name in set(summary["contender"])]
     lines = ["# Recursive ROAR beside no-retrain curves of a plain and a masked-trained model", ""]
     for (dataset, model), frame in summary.groupby(["dataset", "model"], sort=True):
-        lines += [f"## RACU (%), {dataset}/{model}", "", "| measure | " + " | ".join(names) + " |",
-                  "|---|" + "---|" * len(names)]
-        for measure, rows in frame.groupby("measure", sort=True):
+        rows = []
+        for measure, racu in frame.groupby("measure", sort=True):
             cells = []
             for name in names:
-                cell = rows[rows["contender"] == name]
-                cells.append("" if cell.empty else f"{_pct(cell.iloc[0]['racu_mean'])} "
-                             f"[{_pct(cell.iloc[0]['racu_low'])}, {_pct(cell.iloc[0]['racu_high'])}] "
+                cell = racu[racu["contender"] == name]
+                cells.append("" if cell.empty else f"{percent(cell.iloc[0]['racu_mean'])} "
+                             f"[{percent(cell.iloc[0]['racu_low'])}, {percent(cell.iloc[0]['racu_high'])}] "
                              f"(n={cell.iloc[0]['n_seeds']})")
-            lines.append(f"| {measure} | " + " | ".join(cells) + " |")
+            rows.append([measure, *cells])
+        lines += [f"## RACU (%), {dataset}/{model}", "", *markdown_table(["measure", *names], rows)]
         lines += ["", "Mean over seeds of the unclipped per-seed RACU [95 % interval] (methods in "
                   "`retrain_comparison.csv`).", ""]
     versus = tau[tau["first"] == REFERENCE.name]
     if not versus.empty:
         seed_list = sorted(versus["seed"].unique())
-        lines += ["## Rank agreement with Recursive ROAR (Kendall's τ over measures, per seed)", "",
-                  "| dataset | model | ranking | " + " | ".join(f"seed {s}" for s in seed_list) + " | measures |",
-                  "|---|---|---|" + "---|" * (len(seed_list) + 1)]
+        rows = []
         for (dataset, model, second), frame in versus.groupby(["dataset", "model", "second"], sort=False):
-            cells = ["—" if frame[frame["seed"] == s].empty or math.isnan(frame[frame["seed"] == s]["tau"].iloc[0])
-                     else f"{frame[frame['seed'] == s]['tau'].iloc[0]:+.2f}" for s in seed_list]
-            lines.append(f"| {dataset} | {model} | {second} | " + " | ".join(cells)
-                         + f" | {int(frame['n_measures'].max())} |")
+            cells = [number(frame[frame["seed"] == s]["tau"].iloc[0], "+.2f") if (frame["seed"] == s).any()
+                     else MISSING for s in seed_list]
+            rows.append([dataset, model, second, *cells, str(int(frame["n_measures"].max()))])
+        lines += ["## Rank agreement with Recursive ROAR (Kendall's τ over measures, per seed)", "",
+                  *markdown_table(["dataset", "model", "ranking", *(f"seed {s}" for s in seed_list), "measures"],
+                                  rows)]
         lines += ["", "τ-b (scipy.stats.kendalltau) over the measures both rank (random excluded); — = undefined "
                   "(fewer than 2 measures or a ranking all ties). Every pair in `retrain_comparison_tau.csv`.", ""]
     if not compute.empty:
-        lines += ["## Compute", "", "| dataset | model | measure | ranking | seconds | of which scoring | "
-                  "needs retraining | Recursive ROAR / ranking | shared models' training (s) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in compute.itertuples():
-            lines.append(f"| {r.dataset} | {r.model} | {r.measure} | {r.contender} | {_number(r.seconds, 1)} | "
-                         f"{_number(r.scoring_seconds, 2)} | {'yes' if r.needs_retraining else 'no'} | "
-                         f"{_number(r.ratio, 1)} | {_number(r.shared_train_seconds, 1)} |")
+        header = ["dataset", "model", "measure", "ranking", "seconds", "of which scoring", "needs retraining",
+                  "Recursive ROAR / ranking", "shared models' training (s)"]
+        rows = [[r.dataset, r.model, r.measure, r.contender, number(r.seconds, ".1f"), number(r.scoring_seconds, ".2f"),
+                 "yes" if r.needs_retraining else "no", number(r.ratio, ".1f"), number(r.shared_train_seconds, ".1f")]
+                for r in compute.itertuples()]
+        lines += ["## Compute", "", *markdown_table(header, rows)]
         lines += ["", "Seconds summed over seeds and steps from each study's `noretrain_compute.csv` (step records: "
                   "retraining = training + importance; a no-retrain curve = its scoring plus what its masks need). The "
                   "k = 0 model's training is not in them: the last column is the study's shared k = 0 and all-masked "

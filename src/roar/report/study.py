@@ -9,7 +9,7 @@ import pandas as pd
 
 from roar.core.fileio import write_text_atomic
 from roar.config.params import Study, study_from_params
-from roar.report.tables import (RACU_SEED_COLUMNS, _csv, collect_points, compute_markdown, compute_table, excluded_frame, excluded_markdown, importance_target, racu_markdown, racu_metrics, racu_per_seed, racu_seeds_markdown, racu_tex, retrained, statistics_text, summarise_curves, summarise_racu, warn_excluded)
+from roar.report.tables import (RACU_SEED_COLUMNS, _csv, collect_points, compute_by_chain, compute_markdown, excluded_frame, excluded_markdown, importance_target, racu_markdown, racu_metrics, racu_per_seed, racu_seeds_markdown, racu_tex, retrained, statistics_text, summarise_curves, summarise_racu, warn_excluded)
 from roar.pipeline.step_record import read_records
 
 
@@ -99,7 +99,7 @@ def write_report(params: dict, results: Path, out: Path, commit: str = "") -> di
               "racu_seeds": pd.concat([per_seed, no_retrain["noretrain_racu_seeds"]], ignore_index=True),
               "racu": summarise_racu(per_seed), "excluded": excluded_frame(excluded),
               "leakage": summarise_leakage(collect_leakage(records, study, retrained(points))),
-              "compute": compute_table(records, study)}
+              "compute": compute_by_chain(records, study)}
     for name, frame in tables.items():
         write_text_atomic(out / f"{name}.csv", _csv(frame))
     tables |= no_retrain

@@ -20,6 +20,7 @@ from roar.method.racu import (
     racu_seed,
 )
 from roar.pipeline.step_record import StepRecord
+from roar.report.markdown import markdown_table, percent
 
 POINT_COLUMNS = ["dataset", "model", "measure", "recursive", "strategy", "seed", "k", "metric", "value"]
 RETRAINED = "retrained"  # the (Recursive) ROAR curve; the no-retrain curves are named in the step records
@@ -186,7 +187,7 @@ COMPUTE_COLUMNS = ["dataset", "model", "measure", "recursive", "steps", "train_s
                    "total_seconds"]
 
 
-def compute_table(records: list[StepRecord], study: Study) -> pd.DataFrame:
+def compute_by_chain(records: list[StepRecord], study: Study) -> pd.DataFrame:
     """Where the compute went: per chain (and the shared k = 0 / all-masked models) the seconds spent
     training and computing importance, summed over the study's seeds and steps, as the step records
     measured them (a reused step counts the time of the run that made it)."""
@@ -211,14 +212,14 @@ def compute_table(records: list[StepRecord], study: Study) -> pd.DataFrame:
 
 
 def compute_markdown(compute: pd.DataFrame) -> str:
-    """The compute table in hours, with the total."""
+    """:func:`compute_by_chain`'s table in hours, with the total."""
     if compute.empty:
         return "No step records with timings.\n"
-    lines = ["| dataset | model | chain | steps | training (h) | importance (h) | total (h) |", "|---|---|---|---|---|---|---|"]
-    for r in compute.itertuples(index=False):
-        chain = "k = 0 and all-masked models" if r.measure == "shared" else f"{r.measure} ({mode_name(bool(r.recursive))})"
-        lines.append(f"| {r.dataset} | {r.model} | {chain} | {r.steps} | {r.train_seconds / 3600:.2f} | "
-                     f"{r.importance_seconds / 3600:.2f} | {r.total_seconds / 3600:.2f} |")
+    rows = [[r.dataset, r.model,
+             "k = 0 and all-masked models" if r.measure == "shared" else f"{r.measure} ({mode_name(bool(r.recursive))})",
+             str(r.steps), f"{r.train_seconds / 3600:.2f}", f"{r.importance_seconds / 3600:.2f}",
+             f"{r.total_seconds / 3600:.2f}"] for r in compute.itertuples(index=False)]
+    lines = markdown_table(["dataset", "model", "chain", "steps", "training (h)", "importance (h)", "total (h)"], rows)
     total = compute[["train_seconds", "importance_seconds", "total_seconds"]].sum() / 3600
     lines.append(f"| all | | | {int(compute['steps'].sum())} | {total['train_seconds']:.2f} | "
                  f"{total['importance_seconds']:.2f} | {total['total_seconds']:.2f} |")
@@ -250,19 +251,15 @@ def _csv(frame: pd.DataFrame) -> str:
     return frame.to_csv(index=False, float_format="%.6f", lineterminator="\n")
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
 def _flag(row: pd.Series) -> str:
     return FLAG if row["n_seeds"] < FEW_SEEDS else ""
 
 
 def _cell(row: pd.Series) -> str:
     """``mean [low, high] (n=3)†`` in percent; no bounds when there is no interval."""
-    interval = (f" [{_pct(row['racu_low'])}, {_pct(row['racu_high'])}]" if not math.isnan(row["racu_low"])
+    interval = (f" [{percent(row['racu_low'])}, {percent(row['racu_high'])}]" if not math.isnan(row["racu_low"])
                 else " (no interval)")
-    return f"{_pct(row['racu_mean'])}{interval} (n={row['n_seeds']}){_flag(row)}"
+    return f"{percent(row['racu_mean'])}{interval} (n={row['n_seeds']}){_flag(row)}"
 
 
 def method_note(method: str) -> str:
@@ -306,12 +303,11 @@ def racu_markdown(racu: pd.DataFrame) -> str:
     models = sorted(racu["model"].unique())
     parts = []
     for recursive, frame in racu.groupby("recursive", sort=False):
+        rows = [[dataset, measure, *(_cell(group[group["model"] == m].iloc[0]) if (group["model"] == m).any() else ""
+                                     for m in models)]
+                for (dataset, measure), group in frame.groupby(["dataset", "measure"], sort=True)]
         parts.append(f"### RACU (%), {mode_title(recursive)}\n")
-        parts.append("| dataset | measure | " + " | ".join(models) + " |")
-        parts.append("|---|---|" + "---|" * len(models))
-        for (dataset, measure), rows in frame.groupby(["dataset", "measure"], sort=True):
-            cells = [_cell(rows[rows["model"] == m].iloc[0]) if (rows["model"] == m).any() else "" for m in models]
-            parts.append(f"| {dataset} | {measure} | " + " | ".join(cells) + " |")
+        parts += markdown_table(["dataset", "measure", *models], rows)
         notes = ["Mean over seeds of the unclipped per-seed RACU, 95 % interval of the mean in brackets.",
                  *_method_lines(frame, _label)]
         if note := _flag_note(frame):
@@ -326,9 +322,9 @@ def _seed_cell(values: pd.DataFrame) -> str:
     if values.empty:
         return "—"
     r = values.iloc[0]
-    cell = _pct(r["racu"])
+    cell = percent(r["racu"])
     if r["racu"] != r["racu_unclipped"]:
-        cell += f" ({_pct(r['racu_unclipped'])})"
+        cell += f" ({percent(r['racu_unclipped'])})"
     return cell
 
 
@@ -346,11 +342,9 @@ SEED_TABLE_NOTE = ("Clipped RACU (%) of each seed, the unclipped value in parent
 
 def racu_seeds_markdown(per_seed: pd.DataFrame, study: Study) -> str:
     """One row per dataset/model/mode/measure, one column per seed."""
-    parts = ["### RACU (%) per seed\n",
-             "| dataset | model | mode | measure | " + " | ".join(f"seed {s}" for s in study.seeds) + " |",
-             "|---|---|---|---|" + "---|" * len(study.seeds)]
-    for dataset, model, mode, measure, cells in _seed_rows(per_seed, study):
-        parts.append(f"| {dataset} | {model} | {mode} | {measure} | " + " | ".join(cells) + " |")
+    header = ["dataset", "model", "mode", "measure", *(f"seed {s}" for s in study.seeds)]
+    rows = [[dataset, model, mode, measure, *cells] for dataset, model, mode, measure, cells in _seed_rows(per_seed, study)]
+    parts = ["### RACU (%) per seed\n", *markdown_table(header, rows)]
     return "\n".join(parts + ["", SEED_TABLE_NOTE, ""])
 
 
@@ -371,6 +365,17 @@ def _tex(text: str) -> str:
     return text
 
 
+def _tex_cell(match: pd.DataFrame) -> str:
+    """``$mean\\,[low, high]^{\\dagger}$`` in percent (no bounds without an interval); empty without a row."""
+    if match.empty:
+        return ""
+    r = match.iloc[0]
+    flag = "^{\\dagger}" if r["n_seeds"] < FEW_SEEDS else ""
+    if math.isnan(r["racu_low"]):
+        return f"${percent(r['racu_mean'])}{flag}$"
+    return f"${percent(r['racu_mean'])}\\,[{percent(r['racu_low'])}, {percent(r['racu_high'])}]{flag}$"
+
+
 def racu_tex(racu: pd.DataFrame, per_seed: pd.DataFrame | None = None, study: Study | None = None) -> str:
     """The same tables as LaTeX tabulars (the per-seed one when ``per_seed`` and ``study`` are given)."""
     models = sorted(racu["model"].unique())
@@ -380,18 +385,7 @@ def racu_tex(racu: pd.DataFrame, per_seed: pd.DataFrame | None = None, study: St
                   "\\begin{tabular}{ll" + "r" * len(models) + "}", "\\toprule",
                   "Dataset & Measure & " + " & ".join(models) + " \\\\", "\\midrule"]
         for (dataset, measure), rows in frame.groupby(["dataset", "measure"], sort=True):
-            cells = []
-            for m in models:
-                match = rows[rows["model"] == m]
-                if match.empty:
-                    cells.append("")
-                    continue
-                r = match.iloc[0]
-                flag = "^{\\dagger}" if r["n_seeds"] < FEW_SEEDS else ""
-                if math.isnan(r["racu_low"]):
-                    cells.append(f"${_pct(r['racu_mean'])}{flag}$")
-                else:
-                    cells.append(f"${_pct(r['racu_mean'])}\\,[{_pct(r['racu_low'])}, {_pct(r['racu_high'])}]{flag}$")
+            cells = [_tex_cell(rows[rows["model"] == m]) for m in models]
             parts.append(f"{dataset} & {measure} & " + " & ".join(cells) + " \\\\")
         parts += ["\\bottomrule", "\\end{tabular}", ""]
         notes = ["Mean over seeds of the unclipped per-seed RACU, 95 % interval of the mean in brackets."]

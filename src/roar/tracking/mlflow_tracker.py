@@ -2,9 +2,10 @@
 
 study -> chain -> step -> (importance, train). Every DVC stage is its own process, so children
 name their parent with the standard ``mlflow.parentRunId`` tag instead of MLflow's in-process
-run stack. Runs carry the ``roar.*`` tags of DESIGN §4 and MLflow's standard source tags (so that its UI fills
-the Source column); a chain run carries its curve as a metric history over k, which MLflow's
-chart and compare views draw side by side.
+run stack. Runs carry the ``roar.*`` tags that :mod:`roar.pipeline.runner` and
+:mod:`roar.pipeline.chain` set and MLflow's standard source tags (so that its UI fills the Source
+column); a chain run carries its curve as a metric history over k, which MLflow's chart and
+compare views draw side by side.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ def open_study_run(tracker, params: dict, owned: bool = False) -> str:
 
 
 class RunTracker(Protocol):
-    """Runs with explicit parents and ``roar.*`` tags (DESIGN §4), their params, metrics and inputs."""
+    """Runs with explicit parents and ``roar.*`` tags (set by :mod:`roar.pipeline.runner` and
+    :mod:`roar.pipeline.chain`), their params, metrics and inputs."""
 
     commit: str  # the git commit every run is tagged with
 

@@ -29,7 +29,7 @@ from roar.models.device import (
 )
 from roar.models.training import trainer_device
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 NO_CUDA = not torch.cuda.is_available()
 needs_no_gpu = pytest.mark.skipif(not NO_CUDA, reason="checks the behaviour without a GPU")
 CUDA = torch.device("cuda")  # a device object only: nothing below allocates on it

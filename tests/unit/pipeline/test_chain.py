@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from roar.pipeline.chain import ChainRunner, ChainSpec
 from roar.data.prepare import PrepareConfig, prepare
@@ -24,17 +23,14 @@ from roar.method.masking import mask_split
 from roar.config.layout import Layout
 from roar.pipeline.stage import stage_runner
 from roar.models.training import load_model
+from tests.conftest import tiny_params
 
-REPO = Path(__file__).resolve().parents[2]
 STEPS = [40, 70]
 
 
-def tiny_params() -> dict:
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["study"].update(name="chain-test", measures=["random", "gradient"], roar_measures=["gradient"],
-                           seeds=[0], steps=STEPS)
-    params["prepare"]["babi-1"].update(n_train=240, n_test=60)
-    params["train"]["bilstm-attention"]["babi-1"].update(epochs=2, lr=0.01)
+def chain_params() -> dict:
+    params = tiny_params("chain-test", n_train=240, n_test=60, epochs=2, measures=["random", "gradient"],
+                         roar_measures=["gradient"], seeds=[0], steps=STEPS)
     params["runtime"] = {"threads": 1}
     params["importance"]["target"] = "gold"  # the paper's class; test_the_explained_class_... tries predicted
     return params
@@ -47,7 +43,7 @@ def project(tmp_path_factory, monkeypatch_module) -> Path:
     monkeypatch_module.chdir(root)  # the step records hold paths relative to the workspace
     monkeypatch_module.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch_module.delenv("ROAR_STUDY_RUN_ID", raising=False)
-    params = tiny_params()
+    params = chain_params()
     layout = Layout(Path("."))
     prepare("babi-1", layout.prepared("babi-1", "bilstm-attention"), PrepareConfig(**params["prepare"]["babi-1"]))
     runner = stage_runner(ChainRunner, params, Path("."), progress=False)
@@ -113,7 +109,7 @@ def test_plain_roar_step_explains_the_unmasked_data_with_the_k0_model(project: P
 
 
 def test_retraining_on_the_same_inputs_gives_the_same_model_folder_hash(project: Path) -> None:
-    runner = stage_runner(ChainRunner, tiny_params(), Path("."), progress=False)
+    runner = stage_runner(ChainRunner, chain_params(), Path("."), progress=False)
     folder = project / "models/babi-1/bilstm-attention/k0/s0"
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
@@ -123,7 +119,7 @@ def test_retraining_on_the_same_inputs_gives_the_same_model_folder_hash(project:
 
 
 def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> None:
-    runner = stage_runner(ChainRunner, tiny_params(), Path("."), progress=False)
+    runner = stage_runner(ChainRunner, chain_params(), Path("."), progress=False)
     spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, True)
     records = {r.k: r for r in runner.run_chain(spec)}
     original = {k: json.loads(_step(project, "results", "recursive", k).read_text()) for k in STEPS}
@@ -142,7 +138,7 @@ def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> Non
 
 
 def test_a_step_record_from_other_params_is_not_reused(project: Path) -> None:
-    params = tiny_params()
+    params = chain_params()
     params["importance"]["batch_size"] = 64  # a params change (same numbers, other step key)
     runner = stage_runner(ChainRunner, params, Path("."), progress=False)
     original = json.loads(_step(project, "results", "roar", 40).read_text())
@@ -162,7 +158,7 @@ def test_word_vectors_changed_in_place_are_caught(project: Path, tmp_path: Path,
     vectors.write_text("".join(f"{w} " + " ".join(["0.1"] * 50) + "\n" for w in ("mary", "john", "kitchen")))
     shutil.copytree(project / "data", tmp_path / "ws" / "data")
     monkeypatch.chdir(tmp_path / "ws")
-    params = tiny_params()
+    params = chain_params()
     params["train"]["bilstm-attention"]["babi-1"]["embeddings"] = str(vectors)
     runner = stage_runner(ChainRunner, params, Path("."), progress=False)
     runner.run_reference("babi-1", "bilstm-attention", 0, "k0")
@@ -219,7 +215,7 @@ def test_step_records_carry_the_target_and_the_leak_diagnostic(project: Path) ->
 
 
 def test_the_explained_class_is_part_of_the_step_key(project: Path, monkeypatch) -> None:
-    params = tiny_params()
+    params = chain_params()
     params["importance"]["target"] = "predicted"
     runner = stage_runner(ChainRunner, params, Path("."), progress=False)
     before = {k: json.loads(_step(project, "results", "roar", k).read_text()) for k in STEPS}
@@ -275,7 +271,7 @@ def test_no_retrain_curves_score_each_steps_masked_test_data_with_the_k0_and_the
 def test_a_record_without_no_retrain_curves_is_completed_not_reused_as_is(project: Path) -> None:
     """A record of older code (same step key, no no-retrain entries) or one whose previous model was
     retrained since (other hash) gets its curves (re)scored; the retrained step itself is reused."""
-    runner = stage_runner(ChainRunner, tiny_params(), Path("."), progress=False)
+    runner = stage_runner(ChainRunner, chain_params(), Path("."), progress=False)
     spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False)
     runner.run_chain(spec)  # the fixture's records (another test may have left other params' records)
     paths = {k: _step(project, "results", "roar", k) for k in STEPS}

@@ -351,7 +351,7 @@ def test_attention_measure_is_refused_for_the_transformer(tmp_path):
     check_supported("attention", "bilstm-attention")
     check_supported("gradient", "roberta")
     # The chain stage fails before reading anything (the workspace is empty).
-    params = load_params(Path(__file__).resolve().parents[2] / "params.yaml")
+    params = load_params(Path(__file__).resolve().parents[3] / "params.yaml")
     runner = ChainRunner(params, NullTracker(), None, tmp_path)
     with pytest.raises(ValueError, match="'attention' is not defined for model 'roberta'"):
         runner.run_chain(ChainSpec("babi-1", "roberta", "attention", 0, True))

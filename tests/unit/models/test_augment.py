@@ -191,7 +191,7 @@ def test_a_tiny_masked_study_end_to_end(tmp_path: Path, monkeypatch, one_thread)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("ROAR_STUDY_RUN_ID", raising=False)
-    params = yaml.safe_load((Path(__file__).resolve().parents[2] / "studies" / "babi-1-quick-mask-augment" / "params.yaml")
+    params = yaml.safe_load((Path(__file__).resolve().parents[3] / "studies" / "babi-1-quick-mask-augment" / "params.yaml")
                             .read_text())
     params["study"].update(measures=["random", "gradient", "input-x-gradient"], roar_measures=["gradient",
                            "input-x-gradient"], seeds=[0], steps=[50])

@@ -11,7 +11,7 @@ from roar.pipeline.provenance import (PROVENANCE_FILE, STAGE_KINDS, chain_module
                                       computing_modules, equivalent_fingerprints, fingerprint_key, lookup,
                                       module_imports, normalized_code, read_provenance)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_each_dvc_stage_depends_on_its_code_fingerprint_and_on_no_source_file() -> None:

@@ -1,4 +1,4 @@
-"""The paper's synthetic check of the recursion (DESIGN §2 "Synthetic check").
+"""The paper's synthetic check of the recursion.
 
 16 features ``x = a z/10 + d eta + eps/10`` with ``z, eta ~ N(0, 1)``, ``eps ~ N(0, I)``,
 label ``y = 1[z > 0]``. Only the first 4 features are informative (``a`` is zero elsewhere);
@@ -27,7 +27,7 @@ from roar.pipeline.chain import roar_step
 from roar.data.storage import Split
 from roar.data.tokenize import MASK_ID
 from roar.importance.random import RandomImportance
-from roar.method.racu import racu
+from roar.method.racu import racu_seed
 
 N_FEATURES = 16
 TOKEN = 5  # any non-special id
@@ -176,9 +176,9 @@ def test_racu_separates_recursive_from_plain_roar(data, curves):
     splits, x = data
     random_curve, _ = run_chain_random(splits, x)
     k = np.arange(N_FEATURES + 1)
-    r_truth = racu(k, curves["truth"][0], random_curve)
-    r_rec = racu(k, curves["recursive"][0], random_curve)
-    r_roar = racu(k, curves["roar"][0], random_curve)
+    r_truth = racu_seed(k, curves["truth"][0], random_curve).racu
+    r_rec = racu_seed(k, curves["recursive"][0], random_curve).racu
+    r_roar = racu_seed(k, curves["roar"][0], random_curve).racu
     # (the truth is not at 1: RACU's ideal drops to the all-masked level at the first step,
     # while 4 informative features take 4 steps; here about 0.38)
     assert r_truth > 0.3

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from roar.cli import app
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # The line of the committed params.yaml's study.seeds (1-based), where a duplicate key is reported.
 SEEDS_LINE = (REPO / "params.yaml").read_text().splitlines().index("  seeds: [0, 1, 2]") + 1
 PREPARED = Path("data/prepared/babi-1/bilstm-attention")

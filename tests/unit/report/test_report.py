@@ -209,9 +209,9 @@ def test_one_seed_and_many_seeds(tmp_path):
     assert "(n=5) |" in five and "†" not in five
 
 
-def test_compute_table_sums_seconds_per_chain_over_the_studys_seeds_and_steps() -> None:
+def test_compute_by_chain_sums_seconds_per_chain_over_the_studys_seeds_and_steps() -> None:
     from roar.config.params import study_from_params
-    from roar.report.tables import compute_markdown, compute_table
+    from roar.report.tables import compute_by_chain, compute_markdown
     from roar.pipeline.step_record import StepRecord
 
     study = study_from_params({"study": {"name": "t", "datasets": ["babi-1"], "models": ["bilstm-attention"],
@@ -226,8 +226,8 @@ def test_compute_table_sums_seconds_per_chain_over_the_studys_seeds_and_steps() 
                rec("gradient", 0, 10, 30.0, 5.0), rec("gradient", 1, 20, 40.0, 7.0),
                rec("gradient", 2, 10, 999.0, 999.0),  # seed 2 is not in the study
                rec("gradient", 0, 30, 999.0, 999.0)]  # k = 30 is not a step of the study
-    frame = compute_table(records, study).set_index("measure")
+    frame = compute_by_chain(records, study).set_index("measure")
     assert frame.loc["gradient", "steps"] == 2
     assert frame.loc["gradient", "train_seconds"] == 70.0 and frame.loc["gradient", "importance_seconds"] == 12.0
     assert frame.loc["shared", "total_seconds"] == 200.0
-    assert "| all | | | 5 | 0.07 | 0.00 | 0.08 |" in compute_markdown(compute_table(records, study))
+    assert "| all | | | 5 | 0.07 | 0.00 | 0.08 |" in compute_markdown(compute_by_chain(records, study))

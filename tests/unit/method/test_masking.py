@@ -1,4 +1,4 @@
-"""mask_top_k: hand-computed cases of the masking rules (DESIGN §2)."""
+"""mask_top_k: hand-computed cases of the masking rules (roar.method.masking's docstring)."""
 
 from __future__ import annotations
 

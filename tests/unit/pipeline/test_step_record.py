@@ -1,4 +1,4 @@
-"""Step records keep the on-disk keys (DESIGN §4) through a read and a write; the step store reuses a
+"""Step records keep their on-disk keys through a read and a write; the step store reuses a
 step only when its key and its files match."""
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ import collections
 from pathlib import Path
 
 import pytest
-import yaml
 
 from roar.pipeline.chain import ChainRunner, ChainSpec
 from roar.data.prepare import PrepareConfig, prepare
@@ -16,18 +15,15 @@ from roar.core.fileio import content_hash
 from roar.tracking.protocol import NullTracker
 from roar.pipeline.step_record import StepRecord
 from roar.models.training import load_model, predict_logits
+from tests.conftest import tiny_params
 
-REPO = Path(__file__).resolve().parents[2]
 STEPS = [50, 80]
 SPEC = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, True)
 
 
-def tiny_params() -> dict:
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["study"].update(name="null-tracker", measures=["random", "gradient"], roar_measures=[], seeds=[0],
-                           steps=STEPS)
-    params["prepare"]["babi-1"].update(n_train=160, n_test=40)
-    params["train"]["bilstm-attention"]["babi-1"].update(epochs=1, lr=0.01)
+def chain_params() -> dict:
+    params = tiny_params("null-tracker", n_train=160, n_test=40, epochs=1, measures=["random", "gradient"],
+                         roar_measures=[], seeds=[0], steps=STEPS)
     params["importance"]["target"] = "gold"
     return params
 
@@ -46,7 +42,7 @@ def chain(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("null-chain")
-    params = tiny_params()
+    params = chain_params()
     tracker = NullTracker()
     runner = ChainRunner(params, tracker, None, root, progress=False)
     prepare("babi-1", runner.layout.prepared("babi-1", "bilstm-attention"),

@@ -18,7 +18,7 @@ from roar.data.prepare import DATASETS, PrepareConfig, RawExample, load_raw, pre
 from roar.data.storage import read_dataset
 from roar.data.tokenize import Vocabulary
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 NEW_DATASETS = ("rotten-tomatoes", "sst", "snli", "imdb", "mimic-anemia", "mimic-diabetes")
 
 

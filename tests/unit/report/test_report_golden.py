@@ -22,7 +22,7 @@ import pytest
 from roar.config.params import study_from_params
 from roar.report.tables import _csv, racu_per_seed, summarise_racu
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 STUDY = study_from_params({"study": {"name": "golden", "datasets": ["babi-1"], "models": ["bilstm-attention"],
                                      "measures": ["random", "attention", "gradient"], "roar_measures": [],
                                      "seeds": [0, 1, 2], "strategy": "quantile", "steps": [50]}})

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from roar.cli import app
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()

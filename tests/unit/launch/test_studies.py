@@ -14,7 +14,7 @@ from roar.config.layout import project_root
 from roar.launch.studies import new_study, resolve_study, stale_studies, study_dvc_yaml, study_names, sync_studies
 from roar.tracking.mlflow_tracker import tracking_uri
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_committed_study_folders_match_the_root_dvc_yaml() -> None:
