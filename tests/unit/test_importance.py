@@ -314,18 +314,16 @@ def test_make_measure_names():
     assert make_measure("random", {}, MeasureContext(seed=5)).seed == 5
 
 
-def test_every_registered_measure_declares_its_needs():
-    """Each registry line names a class whose ``name`` is its key and whose needs are known capabilities."""
+def test_every_measure_spec_names_its_class_and_known_needs():
+    """Each spec names a class whose ``name`` is the spec's, and needs known capabilities."""
     from roar.importance.registry import measure_class, model_passes
-    from roar.config.catalog import CAPABILITIES, measure_requires
+    from roar.config.catalog import CAPABILITIES, MEASURE_SPECS
 
-    for name in MEASURES:
-        cls = measure_class(name)
-        assert cls.name == name
-        assert isinstance(cls.needs_model, bool) and isinstance(cls.explains_class, bool)
-        assert measure_requires(name) <= set(CAPABILITIES), name
+    for name, spec in MEASURE_SPECS.items():
+        assert measure_class(name).name == name == spec.name
+        assert spec.requires <= set(CAPABILITIES), name
         expected = {"integrated-gradient": 7, "kernel-shap": 9, "occlusion": 21}
-        assert model_passes(name, {"samples": 7}) == (expected.get(name, 1) if cls.needs_model else 0), name
+        assert model_passes(name, {"samples": 7}) == (expected.get(name, 1) if spec.needs_model else 0), name
 
 
 def test_check_supported_compares_needs_with_the_family():
@@ -392,9 +390,9 @@ def test_compute_importance_target_reaches_class_measures_only():
 
 
 def test_only_the_gradient_family_and_the_perturbation_measures_explain_a_class():
-    from roar.importance.registry import measure_class
+    from roar.config.catalog import MEASURE_SPECS
 
-    assert {name for name in MEASURES if measure_class(name).explains_class} == {
+    assert {name for name, spec in MEASURE_SPECS.items() if spec.explains_class} == {
         "gradient", "input-x-gradient", "integrated-gradient", "occlusion", "kernel-shap"}
 
 

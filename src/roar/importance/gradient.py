@@ -19,8 +19,6 @@ class GradientImportance(WithoutOptions):
     """
 
     name = "gradient"
-    needs_model = True
-    explains_class = True
 
     def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         grad = embedding_gradient(model, batch, model.embed(batch.tokens))
