@@ -118,6 +118,8 @@ MEASURE_SPECS: dict[str, MeasureSpec] = {m.name: m for m in (
                 explains_class=False, cost_rank=5, color="tab:blue", requires=frozenset({"attention"})),
     MeasureSpec("gradient", "roar.importance.gradient:GradientImportance", needs_model=True, explains_class=True,
                 cost_rank=3, color="tab:orange"),
+    MeasureSpec("gradient-l1", "roar.importance.gradient_l1:GradientL1Importance", needs_model=True,
+                explains_class=True, cost_rank=3, color="tab:olive", timed_as="gradient"),
     MeasureSpec("input-x-gradient", "roar.importance.input_x_gradient:InputXGradientImportance", needs_model=True,
                 explains_class=True, cost_rank=4, color="tab:green", timed_as="gradient"),
     # On the transformer, IG's stacked samples cost ~0.6 of a gradient pass each on bAbI-1 (an upper
