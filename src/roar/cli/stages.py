@@ -74,10 +74,9 @@ def chain(dataset: Dataset, model: Model, measure: Measure, seed: int,
     """Run every ROAR step of one chain (importance -> mask -> train), resuming finished steps."""
     from roar.models.saved_model import check_model_folder
     from roar.data.storage import check_dataset
-    from roar.importance.registry import measure_class
     from roar.config.params import section
     from roar.config.layout import Layout
-    from roar.config.catalog import check_supported
+    from roar.config.catalog import check_supported, measure_spec
 
     check_names(measure=measure, dataset=dataset, model=model)
     loaded = load_checked_params(params)
@@ -97,7 +96,7 @@ def chain(dataset: Dataset, model: Model, measure: Measure, seed: int,
     k0_model = layout.shared_model(dataset, model, "k0", seed)
     if k0_model.exists():
         check_model_folder(k0_model)
-    elif measure_class(measure).needs_model:
+    elif measure_spec(measure).needs_model:
         raise FileNotFoundError(f"k = 0 model {k0_model} not found; train it first: `roar train-reference "
                                 f"{dataset} {model} {seed}` (or `dvc repro`)")
 

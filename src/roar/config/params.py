@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from roar.config.catalog import strategy_spec
 from roar.core.errors import RoarError
 
 DEFAULT_PARAMS = Path("params.yaml")
@@ -31,8 +32,8 @@ class Study:
 
     @property
     def end_k(self) -> int | None:
-        """The shared all-masked point (k = 100) for quantile studies; count studies have none."""
-        return 100 if self.strategy == "quantile" else None
+        """The shared all-masked point of the study's strategy (k = 100 for quantile; count has none)."""
+        return strategy_spec(self.strategy).end_k
 
 
 def load_params(path: Path = DEFAULT_PARAMS) -> dict:

@@ -18,12 +18,12 @@ depend on model or loader code.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import fields
 
 from roar.core.errors import RoarError
-from roar.config.catalog import MODEL_FAMILIES
+from roar.config.catalog import MEASURE_SPECS, MODEL_FAMILIES, STRATEGY_SPECS, TARGETS
+from roar.config.rules import Rule, anything, integer, is_int, mapping, matches, number, one_of, text
 from roar.config.train_config import DEVICES, mask_augment_problem
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
@@ -31,9 +31,6 @@ REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
 STUDY_REQUIRED = ("name", "datasets", "models", "measures", "seeds", "strategy", "steps")
 STUDY_KEYS = (*STUDY_REQUIRED, "roar_measures")
 NOTE = "note"  # a free-form key allowed in every importance.<measure> (e.g. to force a params change)
-
-# A rule returns None for a good value, else what the value must be ("must be an integer >= 1").
-Rule = Callable[[object], "str | None"]
 
 
 def fmt(value: object) -> str:
@@ -50,117 +47,11 @@ def fmt(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _number_hint(value: object) -> str:
-    """Why a value that looks numeric is not one."""
-    if isinstance(value, bool):
-        return " (true/false is not a number)"
-    if isinstance(value, str):
-        try:
-            float(value)
-        except ValueError:
-            return ""
-        if "e" in value.lower() and "." not in value:  # YAML 1.1 reads 1e-3 as a string
-            return f" (YAML reads {value} as text; write it with a dot, e.g. 1.0e-3)"
-        return " (a quoted number is text; write it without quotes)"
-    return ""
-
-
-def integer(low: int | None = None, high: int | None = None, nullable: bool = False) -> Rule:
-    """An int (not a bool) in ``low..high``; ``nullable`` also allows null."""
-    wanted = ("null or " if nullable else "") + "an integer" + (
-        f" in {low}..{high}" if low is not None and high is not None else
-        f" >= {low}" if low is not None else f" <= {high}" if high is not None else "")
-
-    def rule(value: object) -> str | None:
-        if value is None and nullable:
-            return None
-        if not _is_int(value):
-            return f"must be {wanted}{_number_hint(value)}"
-        if (low is not None and value < low) or (high is not None and value > high):
-            return f"must be {wanted}"
-        return None
-    return rule
-
-
-def number(low: float | None = None, high: float | None = None, low_open: bool = False,
-           high_open: bool = False) -> Rule:
-    """A finite int or float (not a bool) within the bounds (open or closed)."""
-    if low is not None and high is not None:
-        wanted = f"a number in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-    elif low is not None:
-        wanted = f"a number {'>' if low_open else '>='} {low}"
-    elif high is not None:
-        wanted = f"a number {'<' if high_open else '<='} {high}"
-    else:
-        wanted = "a number"
-
-    def rule(value: object) -> str | None:
-        if not _is_number(value) or not math.isfinite(value):
-            return f"must be {wanted}{_number_hint(value)}"
-        if low is not None and (value <= low if low_open else value < low):
-            return f"must be {wanted}"
-        if high is not None and (value >= high if high_open else value > high):
-            return f"must be {wanted}"
-        return None
-    return rule
-
-
-def text(nullable: bool = False) -> Rule:
-    """A non-empty string; ``nullable`` also allows null."""
-    wanted = ("null or " if nullable else "") + "a non-empty string"
-
-    def rule(value: object) -> str | None:
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            return f"must be {wanted}"
-        return None
-    return rule
-
-
-def one_of(allowed: tuple[str, ...]) -> Rule:
-    """One of the strings ``allowed``."""
-    def rule(value: object) -> str | None:
-        return None if value in allowed else f"must be one of {', '.join(allowed)}"
-    return rule
-
-
-def matches(regex: str, wanted: str, nullable: bool = False) -> Rule:
-    """A string matching ``regex`` in full (``wanted`` says what that is, with an example)."""
-    import re
-
-    compiled = re.compile(regex)
-
-    def rule(value: object) -> str | None:
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str) or not compiled.fullmatch(value):
-            return f"must be {'null or ' if nullable else ''}{wanted}"
-        return None
-    return rule
-
-
 def sbatch_lines(value: object) -> str | None:
     """A list of single-line sbatch options (``--qos=high``); a newline would inject script lines."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v.startswith("-") and "\n" not in v
                                               for v in value):
         return "must be a list of single-line sbatch options such as [--qos=high, --constraint=a100]"
-    return None
-
-
-def mapping(value: object) -> str | None:
-    return None if isinstance(value, dict) else "must be a mapping (key: value)"
-
-
-def anything(value: object) -> str | None:
     return None
 
 
@@ -180,15 +71,9 @@ TRAIN_RULES: dict[str, Rule] = {
     "mask_augment": mask_augment_problem,
 }
 TRAIN_NOT_IN_PARAMS = ("model",)
-# importance.<measure>: the options each measure reads (plus the free-form ``note``).
-MEASURE_RULES: dict[str, dict[str, Rule]] = {
-    "integrated-gradient": {"samples": integer(1), "max_rows": integer(1, nullable=True)},
-    "occlusion": {"max_rows": integer(1, nullable=True)},
-    "kernel-shap": {"samples": lambda v: integer(2)(v) or (None if v % 2 == 0 else "must be an even integer >= 2 "
-                                                            "(coalitions come in complementary pairs)"),
-                    "max_rows": integer(1, nullable=True)},
-}
-IMPORTANCE_RULES: dict[str, Rule] = {"batch_size": integer(1), "target": one_of(("gold", "predicted"))}
+# importance.<measure>: the options each measure reads are on its spec (roar.config.catalog), plus
+# the free-form ``note``.
+IMPORTANCE_RULES: dict[str, Rule] = {"batch_size": integer(1), "target": one_of(TARGETS)}
 RUNTIME_RULES: dict[str, Rule] = {"threads": integer(0), "device": one_of(DEVICES), "slurm": mapping}
 # runtime.slurm (and runtime.slurm.stages.<kind>): the resources of the Slurm executor's jobs.
 SLURM_RULES: dict[str, Rule] = {
@@ -292,20 +177,21 @@ def check_study(section: object, where: str = "params.yaml") -> dict:
     roar_measures = c.names("study.roar_measures", study.get("roar_measures"), "measure", names["measure"],
                             empty_ok=True)
     seeds = study["seeds"]
-    if (not isinstance(seeds, list) or not seeds or not all(_is_int(s) and s >= 0 for s in seeds)
+    if (not isinstance(seeds, list) or not seeds or not all(is_int(s) and s >= 0 for s in seeds)
             or len(set(seeds)) != len(seeds)):
         raise c.fail(f"study.seeds = {fmt(seeds)} must be a non-empty list of distinct integers >= 0")
     strategy = study["strategy"]
     if strategy not in names["strategy"]:
         raise c.fail(f"study.strategy: unknown strategy {fmt(strategy)}; allowed: {', '.join(names['strategy'])}")
     steps = study["steps"]
-    high = 99 if strategy == "quantile" else None
-    ok = (isinstance(steps, list) and steps and all(_is_int(k) and k >= 1 and (high is None or k <= high)
+    end = STRATEGY_SPECS[strategy].end_k
+    high = None if end is None else end - 1
+    ok = (isinstance(steps, list) and steps and all(is_int(k) and k >= 1 and (high is None or k <= high)
                                                     for k in steps)
           and all(a < b for a, b in zip(steps, steps[1:])))
     if not ok:
-        span = "1..99" if high else ">= 1"
-        note = " (quantile; k = 0 and k = 100 are shared points, not steps)" if high else " (count)"
+        span = f"1..{high}" if high else ">= 1"
+        note = f" ({strategy}; k = 0 and k = {end} are shared points, not steps)" if high else f" ({strategy})"
         raise c.fail(f"study.steps = {fmt(steps)} must be strictly increasing integers {'in ' if high else ''}"
                      f"{span}{note}")
     return {**study, "roar_measures": roar_measures}
@@ -361,8 +247,8 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
             c.value(f"importance.{name}", value, IMPORTANCE_RULES[name])
             continue
         node = c.mapping(f"importance.{name}", value, f"the {name} options", nullable=True)
-        rules = {**MEASURE_RULES.get(name, {}), NOTE: anything}
-        c.rules(f"importance.{name}", node, rules, (*sorted(MEASURE_RULES.get(name, {})), NOTE))
+        options = MEASURE_SPECS[name].options
+        c.rules(f"importance.{name}", node, {**options, NOTE: anything}, (*sorted(options), NOTE))
 
     runtime = c.mapping("runtime", params.get("runtime"), "runtime settings", nullable=True)
     c.rules("runtime", runtime, RUNTIME_RULES)

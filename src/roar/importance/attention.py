@@ -14,8 +14,6 @@ class AttentionImportance(WithoutOptions):
     """``alpha_t`` of the attention layer; refused for models without one (the transformer)."""
 
     name = "attention"
-    needs_model = True
-    explains_class = False
 
     @torch.no_grad()
     def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:

@@ -10,6 +10,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from roar.config.catalog import TARGETS, measure_spec
 from roar.data.storage import Split
 from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS
 from roar.models.base import Classifier
@@ -40,19 +41,16 @@ class ImportanceMeasure(Protocol):
     """Scores each token of the first sequence; higher means more important.
 
     ``attribute`` returns ``[B, L]`` scores for a batch whose first sequence is ``[B, L]``;
-    values at padding positions are unspecified (masking never looks at them). A measure with
-    ``explains_class`` explains the logit of ``batch.labels`` (see :func:`explained_batch`).
-    It uses a model only through :class:`~roar.models.base.Classifier`.
+    values at padding positions are unspecified (masking never looks at them). A measure whose
+    spec has ``explains_class`` explains the logit of ``batch.labels`` (see :func:`explained_batch`);
+    one without ``needs_model`` gets None for the model. It uses a model only through
+    :class:`~roar.models.base.Classifier`.
 
     Attributes:
-        name: the measure's name in :data:`roar.config.catalog.MEASURES_BY_NAME`.
-        needs_model: whether ``attribute`` reads the model (else it gets None).
-        explains_class: whether it explains the logit of one class (``importance.target``).
+        name: the measure's name in :data:`roar.config.catalog.MEASURE_SPECS`, where its facts are.
     """
 
     name: str
-    needs_model: bool
-    explains_class: bool
 
     @classmethod
     def from_params(cls, params: dict, context: MeasureContext) -> ImportanceMeasure:
@@ -69,11 +67,6 @@ class WithoutOptions:
     @classmethod
     def from_params(cls, params: dict, context: MeasureContext):
         return cls()
-
-
-# The class whose logit the gradient measures explain: the gold label (the paper), or the class the
-# model predicts (cannot put the gold label into the mask pattern; see README "label leak").
-TARGETS = ("gold", "predicted")
 
 
 def explained_logit(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -154,7 +147,8 @@ def compute_importance(measure: ImportanceMeasure, model: torch.nn.Module | None
                        batch_size: int = 128, progress: bool = True, target: str = "gold") -> np.ndarray:
     """``[N, L]`` float32 importance of every first-sequence token of ``split`` (0 on padding).
 
-    ``target`` (:data:`TARGETS`) picks the class that measures with ``explains_class`` explain.
+    ``target`` (:data:`~roar.config.catalog.TARGETS`) picks the class that measures with ``explains_class``
+    explain (gold: the batch's labels as they are).
     On a GPU, ``batch_size`` shrinks to the rows one gradient pass of the model fits there
     (:func:`roar.models.device.max_rows_per_pass` at the split's longest sequences).
     """
@@ -177,7 +171,7 @@ def compute_importance(measure: ImportanceMeasure, model: torch.nn.Module | None
     for batch in tqdm(batches, total=total, desc=f"{measure.name} on {split_name}", disable=not progress,
                       leave=False):
         batch = batch.to(device)
-        if getattr(measure, "explains_class", False):
+        if target != "gold" and measure_spec(measure.name).explains_class:
             batch = explained_batch(model, batch, target)
         scores = measure.attribute(model, batch, split.index[batch.rows], split_name)
         scores = scores.detach().float().cpu().numpy()

@@ -14,8 +14,6 @@ class InputXGradientImportance(WithoutOptions):
     """Absolute dot product of each token's embedding and the explained class logit's gradient there."""
 
     name = "input-x-gradient"
-    needs_model = True
-    explains_class = True
 
     def attribute(self, model: Classifier, batch: Batch, example_ids: np.ndarray, split_name: str) -> torch.Tensor:
         embeddings = model.embed(batch.tokens).detach()

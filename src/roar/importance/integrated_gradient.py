@@ -28,8 +28,6 @@ class IntegratedGradientImportance:
     """
 
     name = "integrated-gradient"
-    needs_model = True
-    explains_class = True
 
     def __init__(self, samples: int = 50, max_rows: int | None = None, batched: bool = True):
         if samples < 1:

@@ -89,8 +89,6 @@ class KernelShapImportance:
     """
 
     name = "kernel-shap"
-    needs_model = True
-    explains_class = True
 
     def __init__(self, samples: int = 64, max_rows: int | None = None, seed: int = 0, mask_id: int = MASK_ID,
                  unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS):

@@ -49,8 +49,6 @@ class MutualInformationImportance:
     """Each token scores the MI of its word with the label, from the training split's counts."""
 
     name = "mutual-information"
-    needs_model = False
-    explains_class = False
 
     def __init__(self, train_split: Split, vocab_size: int, n_classes: int):
         self.table = torch.from_numpy(word_label_mutual_information(train_split, vocab_size, n_classes))

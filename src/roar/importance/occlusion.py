@@ -73,8 +73,6 @@ class OcclusionImportance:
     """
 
     name = "occlusion"
-    needs_model = True
-    explains_class = True
 
     def __init__(self, max_rows: int | None = None, mask_id: int = MASK_ID,
                  unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS):

@@ -35,8 +35,6 @@ class RandomImportance:
     """Uniform random scores, seeded; model-independent."""
 
     name = "random"
-    needs_model = False
-    explains_class = False
 
     def __init__(self, seed: int = 0):
         self.seed = seed

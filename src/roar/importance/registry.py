@@ -1,9 +1,7 @@
 """Build an importance measure by name: each measure's module is imported only when it is used.
 
-The names and ``module:Class`` of every measure are in :data:`roar.config.catalog.MEASURES_BY_NAME`; each
-class declares its parameters (``from_params``) and needs (``needs_model``, ``explains_class``; see
-:class:`roar.importance.base.ImportanceMeasure`); the model capabilities a measure needs are registry
-data (:func:`roar.config.catalog.check_supported`).
+Each measure's ``module:Class`` and needs are on its spec (:data:`roar.config.catalog.MEASURE_SPECS`); the
+class declares its parameters (``from_params``) and, optionally, its model passes per example.
 """
 
 from __future__ import annotations
@@ -11,12 +9,12 @@ from __future__ import annotations
 import importlib
 
 from roar.importance.base import ImportanceMeasure, MeasureContext
-from roar.config.catalog import measure_target
+from roar.config.catalog import measure_spec
 
 
 def measure_class(name: str) -> type[ImportanceMeasure]:
     """The class that implements the measure ``name`` (its module imported now)."""
-    module, _, attribute = measure_target(name).partition(":")
+    module, _, attribute = measure_spec(name).target.partition(":")
     return getattr(importlib.import_module(module), attribute)
 
 
@@ -35,8 +33,8 @@ def model_passes(name: str, params: dict | None = None) -> int:
     """Model evaluations (forward, or forward and backward) per example of one importance pass of the
     measure ``name`` with options ``params``: 0 without a model, else the class's ``model_passes``
     (optional; 1 when absent)."""
-    cls = measure_class(name)
-    if not cls.needs_model:
+    if not measure_spec(name).needs_model:
         return 0
+    cls = measure_class(name)
     passes = getattr(cls, "model_passes", None)
     return 1 if passes is None else passes(dict(params or {}))

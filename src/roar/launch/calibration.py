@@ -22,10 +22,8 @@ from pathlib import Path
 CAL_LENGTH = 128  # calibrated tokens per example (shorter when the data's examples are shorter)
 TRANSFORMER_LENGTH = 64
 TOKENS_PER_BATCH = {"bilstm-attention": 4096, "roberta": 256}  # calibration batch budget (tokens)
-# Measures timed as a gradient pass (one forward and backward per evaluation); for the transformer
-# also integrated gradients, whose batched samples cost ~0.6 of a gradient pass each on bAbI-1 (an
-# upper bound there). The BiLSTM's integrated gradients are timed with IG_SAMPLES samples.
-AS_GRADIENT = ("gradient", "input-x-gradient")
+# Samples of a measure timed with its own options (the BiLSTM's integrated gradients; the measures
+# timed as another are on their specs: roar.config.catalog.MeasureSpec.timed_as).
 IG_SAMPLES = 4
 N_VOCAB = 1000
 
@@ -135,6 +133,7 @@ def calibrate(params: dict, needed: list[tuple], sizes: dict) -> tuple[dict, str
     fields) and a one-line note (threads, seconds spent)."""
     import torch
 
+    from roar.config.catalog import measure_spec
     from roar.config.datasets import dataset_spec
     from roar.config.params import section
 
@@ -158,8 +157,7 @@ def calibrate(params: dict, needed: list[tuple], sizes: dict) -> tuple[dict, str
         splits = {k: synthetic_split(max(1, min(v, budget)), length, paired) for k, v in batch.items()}
         config = built = None
         for what, arch in whats:
-            timed = "gradient" if what in AS_GRADIENT or (what == "integrated-gradient" and model != "bilstm-attention") \
-                else what
+            timed = what if what == "train" else measure_spec(what).timed_on(model)
             split = splits["train" if what == "train" else "importance"]
             key = (timed, arch, length, paired)
             if key not in cache:

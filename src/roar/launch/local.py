@@ -23,22 +23,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from threading import Lock
 
+from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
 # The study run's tag naming the folder it ran in (``.`` or ``studies/<name>``; see roar.launch.studies).
 STUDY_FOLDER_TAG = "roar.study_folder"
-# Within a wave, costlier stages start first so that the pool does not end on one long chain.
-COST_ORDER = ("kernel-shap", "integrated-gradient", "occlusion", "gradient", "input-x-gradient", "attention",
-              "mutual-information", "random")
 
 
 def _cost_rank(stage: str) -> tuple[int, str]:
-    for rank, measure in enumerate(COST_ORDER):
-        if f"-{measure}-" in stage:
-            return rank, stage
-    return len(COST_ORDER), stage
+    """Within a wave, costlier stages start first (the measures' ``cost_rank``) so that the pool does
+    not end on one long chain; stages of no measure last."""
+    by_cost = sorted(MEASURE_SPECS.values(), key=lambda m: m.cost_rank)
+    for measure in by_cost:
+        if f"-{measure.name}-" in stage:
+            return measure.cost_rank, stage
+    return by_cost[-1].cost_rank + 1, stage
 
 
 def stage_names(root: Path) -> list[str]:

@@ -8,31 +8,35 @@ replaced by the mask id (length kept); ties go to the earlier position (stable s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from roar.data.storage import Split, read_dataset, write_dataset
 from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS, maskable_positions  # noqa: F401 (masking's rule, kept in the data layer)
-from roar.config.catalog import STRATEGIES
+from roar.config.catalog import strategy_spec
+
+# Each strategy's rule (its other facts: roar.config.catalog.STRATEGY_SPECS): ``[N]`` tokens to mask
+# at k, given each example's ``[N]`` maskable tokens.
+MASKING_RULES: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
+    "quantile": lambda n_maskable, k: (k * n_maskable) // 100,  # integer arithmetic: exact floor
+    "count": lambda n_maskable, k: np.minimum(k, n_maskable),
+}
 
 
 def check_k(k: int, strategy: str) -> None:
     """Raise a one-line error for a k that ``strategy`` does not allow."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown masking strategy {strategy!r}; allowed: {', '.join(STRATEGIES)}")
-    if strategy == "quantile" and not 0 <= k <= 100:
-        raise ValueError(f"k={k!r} is not a percentage; quantile allows 0..100")
-    if strategy == "count" and k < 0:
-        raise ValueError(f"k={k!r} must be >= 0 tokens for the count strategy")
+    spec = strategy_spec(strategy)
+    if k < 0 or (spec.end_k is not None and k > spec.end_k):
+        span = f"0..{spec.end_k}" if spec.end_k is not None else ">= 0"
+        raise ValueError(f"k={k!r} is outside {span}, the {spec.unit} that the {strategy} strategy masks")
 
 
 def target_masked(n_maskable: np.ndarray, k: int, strategy: str) -> np.ndarray:
     """``[N]`` number of tokens that should be masked at ``k``."""
     check_k(k, strategy)
-    if strategy == "quantile":
-        return (k * n_maskable) // 100  # integer arithmetic: exact floor
-    return np.minimum(k, n_maskable)
+    return MASKING_RULES[strategy](n_maskable, k)
 
 
 def check_finite(importance: np.ndarray, candidates: np.ndarray, measure: str = "") -> None:

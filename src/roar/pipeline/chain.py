@@ -28,6 +28,7 @@ from roar.core.faults import at_step, failpoint
 from roar.core.fileio import content_hash, fingerprint
 from roar.method.leakage import leakage
 from roar.method.masking import mask_all, mask_split, masked_fraction
+from roar.config.catalog import check_supported, measure_spec
 from roar.config.params import section
 from roar.config.layout import Layout, mode_name, project_root
 from roar.pipeline.provenance import chain_code_fingerprint, equivalent_fingerprints, library_versions, read_provenance
@@ -162,13 +163,11 @@ class ChainRunner(Runner):
 
     def _chain_context(self, spec: ChainSpec) -> _ChainContext:
         """Check the chain can run, drop steps of ks no longer studied, and gather what its steps share."""
-        from roar.config.catalog import check_supported, measure_module
-
         check_supported(spec.measure, spec.model)
         store = chain_store(self.layout, spec)
         store.remove_stale(self.study.steps)
         step_params = self._step_params(spec)
-        code = chain_code_fingerprint(measure_module(spec.measure))
+        code = chain_code_fingerprint(measure_spec(spec.measure).module)
         recipe = {"params": step_params, "spec": asdict(spec), "libraries": library_versions(), "code": code}
         prepared = self.layout.prepared(spec.dataset, spec.model)
         k0_model = self.layout.shared_model(spec.dataset, spec.model, "k0", spec.seed)
@@ -183,14 +182,12 @@ class ChainRunner(Runner):
 
     def _step_params(self, spec: ChainSpec) -> dict:
         """The params that make a step's numbers (and that the chain run logs)."""
-        from roar.importance.registry import measure_class
-
         imp_params = dict(section(self.params, "importance"))
         step_params = {"strategy": self.study.strategy, "importance": dict(imp_params.get(spec.measure) or {}),
                        "batch_size": int(imp_params.get("batch_size", 128)),
                        "train": self.train_config(spec.model, spec.dataset).params()}
         # The explained class matters only to the measures that explain one (the gradient family).
-        if measure_class(spec.measure).explains_class:
+        if measure_spec(spec.measure).explains_class:
             step_params["target"] = str(imp_params.get("target", "gold"))
         return step_params
 
@@ -266,7 +263,8 @@ class ChainRunner(Runner):
                 measure = make_measure(spec.measure, measure_params,
                                        MeasureContext(spec.seed, splits["train"], ctx.n_vocab, len(ctx.meta.classes),
                                                       ctx.meta.mask_id, tuple(ctx.meta.unmaskable_ids)))
-                model = load_model(source.model_dir).to(self.device) if measure.needs_model else None
+                if measure_spec(spec.measure).needs_model:
+                    model = load_model(source.model_dir).to(self.device)
             masked, importance, seconds = roar_step(splits, model, measure, k, self.study.strategy, cached,
                                                     ctx.recipe["params"]["batch_size"], self.progress, ctx.meta,
                                                     target)

@@ -131,11 +131,10 @@ def modules_fingerprint(modules: set[str]) -> str:
 def chain_modules(measure_module: str) -> set[str]:
     """The chain's computing path for one measure: without the other measures' modules, so that a
     fix to one measure re-keys only that measure's steps."""
-    from roar.config.catalog import MEASURES
-    from roar.config.catalog import measure_module as module_of
+    from roar.config.catalog import MEASURE_SPECS
 
     own = _closure((measure_module,), COMPUTING_PARTS, registries=False)
-    others = {module_of(name) for name in MEASURES} - own
+    others = {spec.module for spec in MEASURE_SPECS.values()} - own
     return computing_modules("chain") - others
 
 
@@ -145,11 +144,11 @@ def chain_code_fingerprint(measure_module: str) -> str:
 
 def code_fingerprints() -> dict:
     """Every stage kind's fingerprint (the chain's per measure): what ``provenance.yaml`` holds."""
-    from roar.config.catalog import MEASURES, measure_module
+    from roar.config.catalog import MEASURE_SPECS
 
     return {"prepare": modules_fingerprint(computing_modules("prepare")),
             "train": modules_fingerprint(computing_modules("train")),
-            "chain": {name: chain_code_fingerprint(measure_module(name)) for name in sorted(MEASURES)},
+            "chain": {name: chain_code_fingerprint(MEASURE_SPECS[name].module) for name in sorted(MEASURE_SPECS)},
             "report": modules_fingerprint(computing_modules("report"))}
 
 

@@ -6,18 +6,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from roar.config.catalog import MEASURE_SPECS, strategy_spec
 from roar.config.layout import mode_title
 
-MEASURE_STYLE = {  # random is drawn distinct: black, dashed
-    "random": {"color": "black", "linestyle": "--"},
-    "attention": {"color": "tab:blue"},
-    "gradient": {"color": "tab:orange"},
-    "input-x-gradient": {"color": "tab:green"},
-    "integrated-gradient": {"color": "tab:red"},
-    "mutual-information": {"color": "tab:purple"},
-    "occlusion": {"color": "tab:brown"},
-    "kernel-shap": {"color": "tab:pink"},
-}
+
+def measure_style(measure: str) -> dict[str, str]:
+    """The line keywords of ``measure`` (its spec's colour and style); matplotlib's defaults for a
+    name the catalog does not know (points of another version's measures)."""
+    return MEASURE_SPECS[measure].style if measure in MEASURE_SPECS else {}
 
 
 def save_figure(fig, out: Path, stem: str) -> list[Path]:
@@ -48,11 +44,11 @@ def curve_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
                 panel = pd.concat([panel, random])
             for measure, line in panel.groupby("measure", sort=True):
                 line = line.sort_values("k")
-                style = MEASURE_STYLE.get(measure, {})
+                style = measure_style(measure)
                 ax.plot(line["k"], line["mean"], marker="o", markersize=3, label=measure, **style)
                 ax.fill_between(line["k"], line["low"], line["high"], alpha=0.2, color=style.get("color"))
             strategy = panel["strategy"].iloc[0]
-            ax.set_xlabel("masked tokens (%)" if strategy == "quantile" else "masked tokens")
+            ax.set_xlabel(strategy_spec(strategy).axis_label)
             ax.set_title(f"{dataset}, {model}: {mode_title(recursive)}")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(frame["metric"].iloc[0])
@@ -100,7 +96,7 @@ def racu_figure(racu: pd.DataFrame, out: Path) -> list[Path]:
             errors[0].append(max(0.0, np.nan_to_num(100 * (r["racu_mean"] - r["racu_low"]))))
             errors[1].append(max(0.0, np.nan_to_num(100 * (r["racu_high"] - r["racu_mean"]))))
         ax.bar(xs, means, width, yerr=np.array(errors), capsize=2, label=measure,
-               color=MEASURE_STYLE.get(measure, {}).get("color"))
+               color=measure_style(measure).get("color"))
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([f"{d}\n{m}\n{mode_title(r)}" for (d, m, r), _ in groups], fontsize=8)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from roar.config.catalog import strategy_spec
 from roar.config.params import Study
 from roar.config.layout import mode_name, mode_title
 from roar.pipeline.step_record import StepRecord
@@ -135,7 +136,7 @@ def leakage_figures(summary: pd.DataFrame, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from roar.report.figures import MEASURE_STYLE, legend_and_save
+    from roar.report.figures import legend_and_save, measure_style
 
     written = []
     for (dataset, model), frame in summary.groupby(["dataset", "model"], sort=True):
@@ -148,7 +149,7 @@ def leakage_figures(summary: pd.DataFrame, out: Path) -> list[Path]:
                 panel = pd.concat([panel, random])
             for measure, line in panel.groupby("measure", sort=True):
                 line = line.sort_values("k")
-                style = MEASURE_STYLE.get(measure, {})
+                style = measure_style(measure)
                 axes[0][column].plot(line["k"], line["metric_mean"], marker="o", markersize=3, label=measure, **style)
                 rises = line[line["rises"] & (line["measure"] != "random")]
                 axes[0][column].scatter(rises["k"], rises["metric_mean"], s=80, facecolors="none",
@@ -158,8 +159,7 @@ def leakage_figures(summary: pd.DataFrame, out: Path) -> list[Path]:
                                  [panel["majority"].mean()] * len(panel["k"].unique()), color="grey", linestyle=":",
                                  label="majority class")
             axes[0][column].set_title(f"{dataset}, {model}: {mode_title(recursive)}")
-            axes[1][column].set_xlabel("masked tokens (%)" if panel["strategy"].iloc[0] == "quantile"
-                                       else "masked tokens")
+            axes[1][column].set_xlabel(strategy_spec(panel["strategy"].iloc[0]).axis_label)
             for ax in axes[:, column]:
                 ax.grid(alpha=0.3)
         # A common scale from 0: noise around the majority level should look as small as it is.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from roar.config.catalog import strategy_spec
 from roar.config.params import Study
 from roar.config.layout import mode_title
 from roar.pipeline.step_record import StepRecord
@@ -260,8 +261,7 @@ def no_retrain_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
                 line = line.sort_values("k")
                 ax.plot(line["k"], line["mean"], marker="o", markersize=2, label=curve, **CURVE_STYLE.get(curve, {}))
             ax.set_title(f"{measure} ({mode_title(recursive)})", fontsize=9)
-            ax.set_xlabel("masked tokens (%)" if panel["strategy"].iloc[0] == "quantile" else "masked tokens",
-                          fontsize=8)
+            ax.set_xlabel(strategy_spec(panel["strategy"].iloc[0]).axis_label, fontsize=8)
             ax.grid(alpha=0.3)
         for ax in axes.flat[len(panels):]:
             ax.axis("off")

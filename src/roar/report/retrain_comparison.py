@@ -28,6 +28,7 @@ import pandas as pd
 
 from roar.core.errors import RoarError
 from roar.report.noretrain import kendall, summarise_by_curve
+from roar.config.catalog import strategy_spec
 from roar.config.params import Study
 from roar.report.markdown import MISSING, markdown_table, number, percent
 from roar.report.tables import CHAIN_KEYS, RETRAINED, racu_per_seed
@@ -90,7 +91,7 @@ def study_of(points: pd.DataFrame, name: str) -> Study:
     if len(strategies) != 1:
         raise RoarError(f"{name} points hold strategies {strategies}; compare studies of one strategy")
     strategy = strategies[0]
-    end = 100 if strategy == "quantile" else None
+    end = strategy_spec(strategy).end_k
     ks = sorted(int(k) for k in points["k"].unique())
     return Study(name=name, datasets=sorted(points["dataset"].unique()), models=sorted(points["model"].unique()),
                  measures=sorted(points[points["recursive"]]["measure"].unique()),

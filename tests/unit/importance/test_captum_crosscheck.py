@@ -7,6 +7,7 @@ embeddings (the models' ``inputs_embeds`` path), explaining the gold class (``ba
 
 - gradient:            ``||W g||_2`` with g from ``Saliency(abs=False)`` and the full
                        ``[B, L, V]`` product ``g W^T`` (the project uses the Gram matrix ``W^T W``);
+- gradient-l1:         ``||W g||_1`` of the same product (the project sums it in vocabulary chunks);
 - input x gradient:    ``|sum_d InputXGradient|``;
 - integrated gradient: ``|sum_d IntegratedGradients|`` with a zero baseline,
                        ``method="riemann_right"`` (alphas i/n, i = 1..n) and the same n.
@@ -156,10 +157,10 @@ def captum_scores(model, batch: Batch, measure: str, steps: int = 50, method: st
     args = (batch.tokens, batch.lengths, batch.tokens2, batch.lengths2)
     target = batch.labels if target is None else target
     f = captum_forward(model)
-    if measure == "gradient":
+    if measure in ("gradient", "gradient-l1"):
         g = captum_attr.Saliency(f).attribute(embeds, target=target, additional_forward_args=args, abs=False)
         one_hot_gradient = g @ model.embedding.weight.detach().T  # [B, L, V]: d y / d x_v = W_v . g
-        return torch.linalg.vector_norm(one_hot_gradient, dim=-1).detach()
+        return torch.linalg.vector_norm(one_hot_gradient, ord=2 if measure == "gradient" else 1, dim=-1).detach()
     if measure == "input-x-gradient":
         a = captum_attr.InputXGradient(f).attribute(embeds, target=target, additional_forward_args=args)
         return a.sum(-1).abs().detach()
@@ -218,7 +219,7 @@ def check(model_name, model, batch, measure, steps=50):
     assert_rankings_agree(project, captum, batch)
 
 
-CASES = [("gradient", 50), ("input-x-gradient", 50), ("integrated-gradient", 20), ("integrated-gradient", 50)]
+CASES = [("gradient", 50), ("gradient-l1", 50), ("input-x-gradient", 50), ("integrated-gradient", 20), ("integrated-gradient", 50)]
 
 
 @pytest.mark.parametrize("measure, steps", CASES)

@@ -16,7 +16,9 @@ from roar.importance.base import (
     explained_batch,
     prediction_agreement,
 )
+from roar.importance import gradient_l1
 from roar.importance.gradient import GradientImportance
+from roar.importance.gradient_l1 import GradientL1Importance
 from roar.importance.input_x_gradient import InputXGradientImportance
 from roar.importance.integrated_gradient import IntegratedGradientImportance
 from roar.importance.mutual_information import (
@@ -26,7 +28,7 @@ from roar.importance.mutual_information import (
 from roar.importance.random import RandomImportance
 from roar.importance.registry import make_measure
 from roar.models.batching import Batch, make_batch
-from roar.models.bilstm import BiLSTMAttention, BiLSTMEncoder
+from roar.models.bilstm import BiLSTMAttention, BiLSTMEncoder, ModelOutput
 from roar.config.catalog import MEASURES
 
 VOCAB, CLASSES = 12, 3
@@ -314,18 +316,16 @@ def test_make_measure_names():
     assert make_measure("random", {}, MeasureContext(seed=5)).seed == 5
 
 
-def test_every_registered_measure_declares_its_needs():
-    """Each registry line names a class whose ``name`` is its key and whose needs are known capabilities."""
+def test_every_measure_spec_names_its_class_and_known_needs():
+    """Each spec names a class whose ``name`` is the spec's, and needs known capabilities."""
     from roar.importance.registry import measure_class, model_passes
-    from roar.config.catalog import CAPABILITIES, measure_requires
+    from roar.config.catalog import CAPABILITIES, MEASURE_SPECS
 
-    for name in MEASURES:
-        cls = measure_class(name)
-        assert cls.name == name
-        assert isinstance(cls.needs_model, bool) and isinstance(cls.explains_class, bool)
-        assert measure_requires(name) <= set(CAPABILITIES), name
+    for name, spec in MEASURE_SPECS.items():
+        assert measure_class(name).name == name == spec.name
+        assert spec.requires <= set(CAPABILITIES), name
         expected = {"integrated-gradient": 7, "kernel-shap": 9, "occlusion": 21}
-        assert model_passes(name, {"samples": 7}) == (expected.get(name, 1) if cls.needs_model else 0), name
+        assert model_passes(name, {"samples": 7}) == (expected.get(name, 1) if spec.needs_model else 0), name
 
 
 def test_check_supported_compares_needs_with_the_family():
@@ -392,10 +392,10 @@ def test_compute_importance_target_reaches_class_measures_only():
 
 
 def test_only_the_gradient_family_and_the_perturbation_measures_explain_a_class():
-    from roar.importance.registry import measure_class
+    from roar.config.catalog import MEASURE_SPECS
 
-    assert {name for name in MEASURES if measure_class(name).explains_class} == {
-        "gradient", "input-x-gradient", "integrated-gradient", "occlusion", "kernel-shap"}
+    assert {name for name, spec in MEASURE_SPECS.items() if spec.explains_class} == {
+        "gradient", "gradient-l1", "input-x-gradient", "integrated-gradient", "occlusion", "kernel-shap"}
 
 
 def test_paired_model_has_its_own_second_embedding_from_the_same_vectors():
@@ -464,3 +464,63 @@ def test_encoder_and_model_do_not_depend_on_padding_length():
         alone = model(batch.tokens[b:b + 1, :n], batch.lengths[b:b + 1], batch.tokens2[b:b + 1, :n2],
                       batch.lengths2[b:b + 1])
         torch.testing.assert_close(alone.logits[0], out.logits[b], rtol=1e-12, atol=1e-14)
+
+
+# --- gradient-l1: sum_v |dy_c/dx_v| per token ----------------------------------------------------
+
+# Embedding W [V=3, D=2] and read-out U [D=2, C=2] of the linear model below.
+L1_W = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, -1.0]], dtype=torch.float64)
+L1_U = torch.tensor([[3.0, 0.5], [-1.0, 1.0]], dtype=torch.float64)
+
+
+class LinearBag(torch.nn.Module):
+    """``logits = (sum_{i < length} e_i) U``: every token's ``dy_c/de`` is ``U[:, c]``, so
+    ``dy_c/dx_v = W_v . U[:, c]`` whatever the input (W, U: :data:`L1_W`, :data:`L1_U`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(L1_W.clone())
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.weight[tokens]
+
+    def embedding_matrix(self) -> torch.Tensor:
+        return self.weight
+
+    def forward(self, tokens, lengths, tokens2=None, lengths2=None, inputs_embeds=None) -> ModelOutput:
+        embeds = self.embed(tokens) if inputs_embeds is None else inputs_embeds
+        inside = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).double()
+        return ModelOutput((embeds * inside[..., None]).sum(1) @ L1_U, None, None)
+
+
+def linear_batch() -> Batch:
+    tokens = torch.tensor([[0, 1, 2], [2, 1, 0]])
+    return Batch(tokens, torch.tensor([3, 2]), None, None, torch.tensor([0, 1]), torch.arange(2).numpy())
+
+
+def test_gradient_l1_by_hand():
+    """Class 0: W U[:, 0] = (3, -2, 4), L1 9 (L2 sqrt 29); class 1: W U[:, 1] = (0.5, 2, -0.5), L1 3."""
+    model, batch = LinearBag(), linear_batch()
+    got = make_measure("gradient-l1").attribute(model, batch, batch.rows, "test")
+    torch.testing.assert_close(got[0], torch.full((3,), 9.0, dtype=torch.float64))
+    torch.testing.assert_close(got[1, :2], torch.full((2,), 3.0, dtype=torch.float64))
+    l2 = GradientImportance().attribute(model, batch, batch.rows, "test")
+    torch.testing.assert_close(l2[0], torch.full((3,), 29.0 ** 0.5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_gradient_l1_is_l1_norm_of_one_hot_gradient(paired):
+    model, batch = tiny_model(paired), tiny_batch(paired)
+    _, grad = one_hot_gradient(model, batch)
+    got = GradientL1Importance().attribute(model, batch, batch.rows, "test")
+    real = real_positions(batch)
+    torch.testing.assert_close(got[real], grad.abs().sum(-1)[real], rtol=1e-6, atol=1e-9)
+    assert grad.abs().sum(-1)[real].min() > 0  # non-trivial comparison
+
+
+def test_gradient_l1_same_in_vocabulary_chunks(monkeypatch):
+    """One vocabulary row per chunk gives the one-chunk scores."""
+    model, batch = tiny_model(False), tiny_batch(False)
+    whole = GradientL1Importance().attribute(model, batch, batch.rows, "test")
+    monkeypatch.setattr(gradient_l1, "CHUNK_ELEMENTS", 1)
+    torch.testing.assert_close(GradientL1Importance().attribute(model, batch, batch.rows, "test"), whole)

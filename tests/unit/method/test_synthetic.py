@@ -81,7 +81,6 @@ class CoefficientImportance:
     """``|coefficient|`` of each feature, the same for every example."""
 
     name = "coefficient"
-    needs_model = True
 
     def attribute(self, model, batch, example_ids, split_name):
         return model.linear.weight.detach().abs().expand(len(example_ids), -1)
@@ -91,7 +90,6 @@ class TruthImportance:
     """Ground truth: informative features first (by |a|), the rest after."""
 
     name = "truth"
-    needs_model = False
 
     def attribute(self, model, batch, example_ids, split_name):
         scores = torch.from_numpy(np.abs(A) + 1e-3 * np.arange(N_FEATURES)[::-1].copy())

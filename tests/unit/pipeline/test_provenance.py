@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from roar.config.catalog import MEASURES, measure_module
+from roar.config.catalog import MEASURES, measure_spec
 from roar.pipeline.provenance import (PROVENANCE_FILE, STAGE_KINDS, chain_modules, code_fingerprints,
                                       computing_modules, equivalent_fingerprints, fingerprint_key, lookup,
                                       module_imports, normalized_code, read_provenance)
@@ -52,7 +52,7 @@ def test_the_chain_s_computing_path_holds_what_computes_and_not_what_reports() -
 
 
 def test_a_measure_s_fingerprint_holds_its_own_module_and_not_the_others() -> None:
-    gradient = chain_modules(measure_module("gradient"))
+    gradient = chain_modules(measure_spec("gradient").module)
     assert "roar.importance.gradient" in gradient and "roar.importance.integrated_gradient" not in gradient
     prints = code_fingerprints()["chain"]
     assert set(prints) == set(MEASURES) and len(set(prints.values())) == len(MEASURES)
