@@ -7,12 +7,12 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 JOBS ?= 2
 
-.PHONY: setup run study plots test test-services test-slow bench gpu-check clean
+.PHONY: setup run study plots test test-services test-slow bench gpu-check docs docs-build clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,offline-data]'
+	$(BIN)/pip install -q -e '.[test,offline-data,docs]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -52,5 +52,13 @@ bench: setup
 gpu-check: setup
 	$(BIN)/python bench/gpu_check.py
 
+# The docs site (mkdocs.yml, docs/): served on 127.0.0.1 while you edit, or built as CI builds it
+# (--strict: a broken link or docstring cross-reference fails the build).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+docs-build: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf data/prepared data/masked models/* results reports/*.csv mlflow.db mlartifacts .dvc/tmp
+	rm -rf data/prepared data/masked models/* results reports/*.csv mlflow.db mlartifacts .dvc/tmp site

@@ -85,7 +85,8 @@ class KernelShapImportance:
         max_rows: most sequences per forward pass; None: the device's default
             (:func:`roar.models.device.max_rows_per_pass`, 128 on the CPU).
         seed: seed of the coalition draws.
-        mask_id, unmaskable_ids: the dataset's mask token and never-masked ids (default: the word vocabulary's).
+        mask_id: the dataset's mask token (default: the word vocabulary's).
+        unmaskable_ids: the dataset's never-masked ids (default: the word vocabulary's).
     """
 
     name = "kernel-shap"

@@ -68,8 +68,9 @@ class OcclusionImportance:
     Args:
         max_rows: most variants per forward pass; None: the device's default
             (:func:`roar.models.device.max_rows_per_pass`, 128 on the CPU).
-        mask_id, unmaskable_ids: the dataset's mask token and never-masked ids
-            (:class:`roar.data.storage.DatasetMeta`; default: the word vocabulary's).
+        mask_id: the dataset's mask token (:class:`roar.data.storage.DatasetMeta`; default: the word
+            vocabulary's).
+        unmaskable_ids: the dataset's never-masked ids (likewise).
     """
 
     name = "occlusion"

@@ -4,7 +4,7 @@ In the spirit of Madsen et al. (2023), "Faithfulness measurable masked language 
 trained on inputs with a random share of their tokens masked sees masked inputs in distribution,
 so its score on masked test data (the no-retrain curve) measures the importance measure rather
 than the distribution shift. Only the first sequence is masked (as ROAR masks it), never padding
-or special tokens (:func:`roar.method.masking.maskable_positions`' rule); the draws come from a torch
+or special tokens (:func:`roar.data.tokenize.maskable_positions`' rule, which masking follows); the draws come from a torch
 generator seeded by the training seed, so the same seed gives the same masks.
 """
 

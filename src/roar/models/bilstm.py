@@ -133,7 +133,8 @@ class BiLSTMAttention(nn.Module):
         Args:
             tokens: ``[B, L]`` first-sequence ids, right-padded.
             lengths: ``[B]`` first-sequence lengths.
-            tokens2, lengths2: ``[B, L2]`` and ``[B]``, the second sequence (paired models only).
+            tokens2: ``[B, L2]``, the second sequence (paired models only).
+            lengths2: ``[B]``, its lengths.
             inputs_embeds: ``[B, L, D]`` first-sequence embeddings to use instead of ``embed(tokens)``.
         """
         embeddings = self.embed(tokens) if inputs_embeds is None else inputs_embeds

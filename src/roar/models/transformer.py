@@ -127,7 +127,8 @@ class TransformerClassifier(nn.Module):
         Args:
             tokens: ``[B, L]`` first-sequence ids (with start and end tokens), right-padded.
             lengths: ``[B]`` first-sequence lengths.
-            tokens2, lengths2: ``[B, L2]`` and ``[B]``, the rest of the pair encoding (pairs only).
+            tokens2: ``[B, L2]``, the rest of the pair encoding (pairs only).
+            lengths2: ``[B]``, its lengths.
             inputs_embeds: ``[B, L, D]`` first-sequence word embeddings to use instead of ``embed(tokens)``.
 
         Returns:
