@@ -55,7 +55,7 @@ MODELS = tuple(MODEL_FAMILIES)
 
 # The class a measure with ``explains_class`` explains (``importance.target``): the gold label (the
 # paper), or the class the model predicts (cannot put the gold label into the mask pattern; see
-# README "label leak").
+# docs/results.md, "The label leak").
 TARGETS = ("gold", "predicted")
 
 

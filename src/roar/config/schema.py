@@ -56,7 +56,7 @@ def sbatch_lines(value: object) -> str | None:
 
 
 # prepare.<dataset>: one rule per PrepareConfig field (a new field without a rule is refused by
-# tests/unit/test_bad_input.py, so that this table stays complete).
+# tests/unit/cli/test_bad_input.py, so that this table stays complete).
 PREPARE_RULES: dict[str, Rule] = {
     "source": text(), "n_train": integer(1), "n_test": integer(1),
     "val_fraction": number(0, 1, low_open=True, high_open=True), "min_count": integer(1),

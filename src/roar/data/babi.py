@@ -50,21 +50,25 @@ OFFICIAL_URL = "http://www.thespermwhale.com/jaseweston/babi/tasks_1-20_v1-2.tar
 #   from that one story (5 questions) only; the token mean is the en-10k one.
 # Statement mixes: qa2 over the 390 distinct statements of the 18 stories; qa3 over the 98 of the
 # v1.2 story and example. The "max" of a sample is that of the sample, not of the whole file.
+
+def _spread(mean: float, q10: float, q25: float, q50: float, q75: float, q90: float, most: float) -> dict:
+    """A distribution as OFFICIAL_STATS gives it: mean, deciles and quartiles, max."""
+    return {"mean": mean, "q10": q10, "q25": q25, "q50": q50, "q75": q75, "q90": q90, "max": most}
+
+
 OFFICIAL_STATS = {
-    1: {"statements": {"mean": 6.0, "q10": 2, "q25": 4, "q50": 6, "q75": 8, "q90": 10, "max": 10},
-        "tokens": {"mean": 39.2}, "vocab": 26, "kinds": {"move": 1.0, "take": 0.0, "drop": 0.0}},
-    2: {"statements": {"mean": 15.4, "q10": 7.8, "q25": 10, "q50": 14, "q75": 20, "q90": 24.2, "max": 40},
-        "tokens": {"mean": 97.2, "sample_mean": 96.6, "q10": 49, "q25": 63, "q50": 87.5, "q75": 124.75,
-                   "q90": 149.8, "max": 249},
-        "distractors": {"mean": 13.4, "q10": 5.8, "q25": 8, "q50": 12, "q75": 18, "q90": 22.2, "max": 38},
-        "vocab": 40, "kinds": {"move": 0.664, "take": 0.185, "drop": 0.151},
-        "there": {"take": 1.0, "drop": 0.153}, "sample_questions": 90},
-    3: {"statements": {"mean": 45.2, "q10": 38.8, "q25": 40, "q50": 42, "q75": 52, "q90": 53.2, "max": 54},
-        "tokens": {"mean": 271.6, "sample_mean": 262.6, "q10": 223.8, "q25": 231, "q50": 242, "q75": 305,
-                   "q90": 311.6, "max": 316},
-        "distractors": {"mean": 42.2, "q10": 35.8, "q25": 37, "q50": 39, "q75": 49, "q90": 50.2, "max": 51},
-        "vocab": 41, "kinds": {"move": 0.56, "take": 0.22, "drop": 0.22},
-        "there": {"take": 0.2, "drop": 0.25}, "sample_questions": 5},
+    1: {"statements": _spread(6.0, 2, 4, 6, 8, 10, 10), "tokens": {"mean": 39.2}, "vocab": 26,
+        "kinds": {"move": 1.0, "take": 0.0, "drop": 0.0}},
+    2: {"statements": _spread(15.4, 7.8, 10, 14, 20, 24.2, 40),
+        "tokens": {**_spread(97.2, 49, 63, 87.5, 124.75, 149.8, 249), "sample_mean": 96.6},
+        "distractors": _spread(13.4, 5.8, 8, 12, 18, 22.2, 38), "vocab": 40,
+        "kinds": {"move": 0.664, "take": 0.185, "drop": 0.151}, "there": {"take": 1.0, "drop": 0.153},
+        "sample_questions": 90},
+    3: {"statements": _spread(45.2, 38.8, 40, 42, 52, 53.2, 54),
+        "tokens": {**_spread(271.6, 223.8, 231, 242, 305, 311.6, 316), "sample_mean": 262.6},
+        "distractors": _spread(42.2, 35.8, 37, 39, 49, 50.2, 51), "vocab": 41,
+        "kinds": {"move": 0.56, "take": 0.22, "drop": 0.22}, "there": {"take": 0.2, "drop": 0.25},
+        "sample_questions": 5},
 }
 # In the official files every gap between two questions is an even number of statements
 # (qa2 sample: 2 x54, 4 x11, 6 x7, 8 x8, 10 x5, 14 x3, 16, 24), and most gaps are 2: statements

@@ -104,7 +104,7 @@ def check_server(uri: str, timeout: float = 10.0) -> None:
         if isinstance(reason, ssl.SSLError):  # a server answers; MLflow's own TLS settings decide
             return
         raise RoarError(f"MLFLOW_TRACKING_URI={uri}: no MLflow server answers there ({reason}); start it "
-                        "(`mlflow server ...`, see the README's 'Tracking for a team') or unset "
+                        "(`mlflow server ...`, see docs/operations.md, 'Tracking for a team') or unset "
                         "MLFLOW_TRACKING_URI to track in sqlite:///mlflow.db") from None
 
 
