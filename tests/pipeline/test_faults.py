@@ -138,13 +138,18 @@ def test_kill9_of_the_whole_pipeline_then_rerun(baseline: Path, tmp_path: Path) 
     assert study.info.status == "FINISHED" and "owner process gone" in study.data.tags["roar.ended_by"]
 
 
-def test_code_change_to_one_measure_recomputes_exactly_its_steps(baseline: Path) -> None:
+def test_a_comment_changes_no_stage_and_code_of_one_measure_recomputes_exactly_its_steps(baseline: Path) -> None:
     before = {m: records(baseline, m) for m in CHAINS}
     module = baseline / "src/roar/importance/gradient.py"
-    module.write_text(module.read_text() + "\n# a comment: the code changed, the numbers do not\n")
+    original = module.read_text()
+    module.write_text(original + "\n# a comment: no stage's code changed\n")
+    sh("roar", "provenance", "update", cwd=baseline)
+    assert json.loads(sh("dvc", "status", "--json", cwd=baseline)) == {}
+    module.write_text(original + "\n\ndef _unused() -> int:\n    return 0\n")  # code: the numbers do not move
     try:
+        sh("roar", "provenance", "update", cwd=baseline)
         changed = sorted(json.loads(sh("dvc", "status", "--json", cwd=baseline)))
-        assert changed == [f"recursive@babi-1-bilstm-attention-{m}-0" for m in sorted(CHAINS)]
+        assert changed == ["recursive@babi-1-bilstm-attention-gradient-0"]
         sh("dvc", "repro", cwd=baseline)
         after = {m: records(baseline, m) for m in CHAINS}
         for k in STEPS:
@@ -154,31 +159,36 @@ def test_code_change_to_one_measure_recomputes_exactly_its_steps(baseline: Path)
             assert after["random"][k] == before["random"][k]  # reused, record untouched
         assert "up to date" in sh("dvc", "status", cwd=baseline)
     finally:
-        module.write_text(module.read_text().replace("\n# a comment: the code changed, the numbers do not\n", ""))
+        module.write_text(original)
+        sh("roar", "provenance", "update", cwd=baseline)
         sh("dvc", "repro", cwd=baseline)
 
 
 @pytest.mark.parametrize("module, stages", [
-    ("report.py", {"report"}),
-    ("racu.py", {"report"}),
-    ("metrics.py", {"train_k0", "train_all_masked", "recursive"}),
+    ("report/tables.py", {"report"}),
+    ("method/racu.py", {"report"}),
+    ("models/metrics.py", {"train_k0", "train_all_masked", "recursive"}),
     # the report reads step records, not datasets: a change to the dataset format does not re-run it
     ("data/storage.py", {"prepare", "train_k0", "train_all_masked", "recursive"}),
+    # tracking is not on any computing path: a change there re-runs nothing
+    ("tracking/mlflow_tracker.py", set()),
 ])
-def test_a_module_change_invalidates_the_stages_that_import_it(baseline: Path, module: str, stages: set) -> None:
-    from roar.pipeline.provenance import STAGE_COMMANDS, stage_modules
+def test_a_module_change_invalidates_the_stages_that_compute_with_it(baseline: Path, module: str,
+                                                                      stages: set) -> None:
+    from roar.pipeline.provenance import STAGE_KINDS, computing_modules
 
     name = "roar." + module.removesuffix(".py").replace("/", ".")
-    expected = {s for s in STAGE_COMMANDS if name in stage_modules(s)} & {"prepare", "train_k0", "train_all_masked",
-                                                                          "recursive", "report"}
-    assert expected == stages  # the derived import closure, as the test states it
+    expected = {s for s, kind in STAGE_KINDS.items() if name in computing_modules(kind)} - {"roar"}
+    assert expected == stages  # the derived computing paths, as the test states them (no plain-ROAR chain here)
     path = baseline / "src/roar" / module
     original = path.read_text()
-    path.write_text(original + "\n# touched\n")
+    path.write_text(original + "\n_TOUCHED = True\n")
     try:
+        sh("roar", "provenance", "update", cwd=baseline)
         changed = {name.split("@")[0] for name in json.loads(sh("dvc", "status", "--json", cwd=baseline))}
     finally:
         path.write_text(original)
+        sh("roar", "provenance", "update", cwd=baseline)
     assert changed == stages
 
 
