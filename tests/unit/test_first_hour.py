@@ -116,3 +116,63 @@ def test_local_pipeline_spawns_dvc_with_the_tool_env(monkeypatch, tmp_path):
     (tmp_path / ".dvc" / "config").write_text("[core]\n    no_scm = true\n")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert "report" in stage_names(tmp_path)
+
+
+# --- 3. `roar study status`: per study, up to date / not run here / stale (why) ---------------------------------
+
+def test_study_status_says_why_a_study_is_stale():
+    from roar.launch.studies import _why_stale
+
+    lock = {"stages": {"recursive@a": {"outs": [{"path": "results/a/s0"}]}, "report": {"outs": []}}}
+    status = {"recursive@a": [{"changed deps": {"../../provenance.yaml": {"fingerprints.chain.gradient": "modified"},
+                                                "params.yaml": {"importance.target": "modified"},
+                                                "data/prepared/a": "deleted"}},
+                              {"changed outs": {"results/a/s0": "not in cache"}}],
+              "report": [{"changed deps": {"results": "modified"}}]}  # results: made by the chains, not an input
+    why = _why_stale(status, lock)
+    assert why[0].startswith("code of chain.gradient changed (`roar provenance verify`")
+    assert why[1:] == ["params changed: importance.target"]
+    # outputs missing (upstream ones too): not stale, only not run here
+    only_missing = {"recursive@a": [{"changed deps": {"data/prepared/a": "deleted"}},
+                                    {"changed outs": {"results/a/s0": "not in cache"}}],
+                    "report": [{"changed deps": {"results": "modified"}}]}
+    assert _why_stale(only_missing, lock) == []
+    assert _why_stale({"new@b": [{"changed outs": {"x": "not in cache"}}]}, lock) == [
+        "stage new@b is not in dvc.lock (the study's grid changed)"]
+
+
+def test_study_status_of_a_study_never_run(tmp_path, monkeypatch):
+    from roar.launch.studies import NOT_RUN, new_study, study_status
+
+    for name in ("dvc.yaml", "params.yaml", "provenance.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    (tmp_path / ".dvc").mkdir()
+    new_study("other", REPO / "params.yaml", tmp_path)
+    status = study_status(tmp_path, "other")
+    assert (status.state, status.folder) == (NOT_RUN, "studies/other")
+    assert status.line() == ("other                        not run here: no dvc.lock (never run in this project); "
+                             "run it with `roar pipeline --study other`")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["study", "status", "other"])
+    assert result.exit_code == 0 and "not run here" in result.output, result.output
+
+
+# --- 4. MLflow 3.17's UI: the way from the experiments list to the runs -----------------------------------------
+
+def test_the_experiment_says_how_to_reach_its_runs(tmp_path, monkeypatch):
+    """MLflow 3.17's UI ignores ``mlflow.experimentKind`` (its workflow switch decides, GenAI by default): the
+    experiment's description, shown in the experiments list, names the switch and the runs link."""
+    from mlflow.tracking import MlflowClient
+
+    from roar.tracking.mlflow_tracker import NOTE_TAG, Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    tracker = Tracker("study-a", tmp_path)
+    note = MlflowClient(tracker.uri).get_experiment(tracker.experiment_id).tags[NOTE_TAG]
+    assert "Model training" in note
+    assert f"#/experiments/{tracker.experiment_id}/runs?workflowType=machine_learning" in note
+    client = MlflowClient(tracker.uri)
+    client.set_experiment_tag(tracker.experiment_id, NOTE_TAG, "mine")
+    Tracker("study-a", tmp_path)
+    assert client.get_experiment(tracker.experiment_id).tags[NOTE_TAG] == "mine"  # the user's description stays

@@ -153,12 +153,13 @@ def _open_study_run(root: Path):
     """The tracker and the (re)opened, RUNNING study run of ``root``'s params and commit."""
     from roar.config.params import load_params, study_from_params
     from roar.tracking.protocol import open_study_run
-    from roar.tracking.mlflow_tracker import Tracker
+    from roar.tracking.mlflow_tracker import NOTE_TAG, Tracker, experiment_note
 
     params = load_params(root / "params.yaml")
     tracker = Tracker(study_from_params(params).name, root)
     study_run = open_study_run(tracker, params, owned=True)
     tracker.set_tag(study_run, STUDY_FOLDER_TAG, study_folder(root))
+    tracker.set_tag(study_run, NOTE_TAG, experiment_note(tracker.experiment_id))
     return params, tracker, study_run
 
 
