@@ -100,10 +100,11 @@ def test_mlflow_ui_click_path_from_the_home_page_to_the_runs(ran, tmp_path) -> N
             show(driver, f"{url}/#/experiments", "tiny", "roar study: its runs are in the UI's Model training view")
             show(driver, f"{url}/", "Welcome to MLflow", "Model training")
             driver.find_element("xpath", "//*[normalize-space(text())='Model training']").click()
-            experiment = next(a for a in driver.find_elements("css selector", "a")
-                              if (a.get_attribute("href") or "").rstrip("/").split("/")[-2:-1] == ["experiments"]
-                              and a.text.strip() == "tiny")
-            experiment.click()
+            from mlflow.tracking import MlflowClient
+
+            experiment_id = MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_experiment_by_name("tiny").experiment_id
+            next(a for a in driver.find_elements("css selector", "a")
+                 if (a.get_attribute("href") or "").endswith(f"/experiments/{experiment_id}")).click()
             text = show(driver, None, "Run Name", "tiny:pipeline")
             assert "Traces\n0" not in text and "/runs" in driver.current_url
         finally:
