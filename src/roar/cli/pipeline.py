@@ -97,12 +97,27 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
     except subprocess.CalledProcessError as error:
         fail(error)
     typer.echo(f"[roar] pipeline finished in {time.perf_counter() - start:.0f} s")
+    _print_runs_link(root)
     if push:
         code = push_study(root)
         if code != 0:
             fail(RuntimeError(f"`dvc push` failed (exit {code}); check the DVC remote "
                                "(`dvc remote list`), or run with --no-push"))
         typer.echo("[roar] outputs pushed to the DVC remote")
+
+
+def _print_runs_link(root: Path) -> None:
+    """The MLflow UI link to the study's runs: MLflow 3.17's UI opens an experiment on its GenAI overview
+    unless the link (or the browser's Model training switch) says otherwise."""
+    from roar.config.params import load_params, study_from_params
+    from roar.tracking.mlflow_tracker import is_local_store, study_runs_url, tracking_uri
+
+    name, uri = study_from_params(load_params(root / "params.yaml")).name, tracking_uri(root)
+    if is_local_store(uri):
+        typer.echo(f"[roar] MLflow runs: `mlflow ui --backend-store-uri {uri}`, then open "
+                   f"{study_runs_url(name, root=root)}")
+    else:
+        typer.echo(f"[roar] MLflow runs: {study_runs_url(name, uri, root)}")
 
 
 @command()

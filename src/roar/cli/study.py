@@ -49,3 +49,19 @@ def study_sync() -> None:
     written = sync_studies(root)
     typer.echo("\n".join(f"{folder.relative_to(root)}/dvc.yaml: regenerated" for folder in written)
                or "every study dvc.yaml is up to date")
+
+
+@command("status", group=study_app)
+def study_status(name: str = typer.Argument(None, help="One study (default: every study).")) -> None:
+    """Each study: up to date, not run here (and how to run or pull it), or stale (and why). A plain
+    `dvc status` at the root lists every study's stages, and on a fresh clone every output as missing."""
+    from roar.config.layout import project_root
+    from roar.launch.studies import resolve_study, study_names, study_status as status_of
+
+    root = project_root()
+    names = study_names(root) if name is None else [name]
+    if name is not None:
+        resolve_study(name, root)
+    width = max(len(n) for n in names)
+    for each in names:
+        typer.echo(status_of(root, each).line(width))

@@ -74,6 +74,7 @@ TRAIN_NOT_IN_PARAMS = ("model",)
 # importance.<measure>: the options each measure reads are on its spec (roar.config.catalog), plus
 # the free-form ``note``.
 IMPORTANCE_RULES: dict[str, Rule] = {"batch_size": integer(1), "target": one_of(TARGETS)}
+IMPORTANCE_EXAMPLES = {"batch_size": 128, "target": "predicted"}  # what a missing key's message suggests
 RUNTIME_RULES: dict[str, Rule] = {"threads": integer(0), "device": one_of(DEVICES), "slurm": mapping}
 # runtime.slurm (and runtime.slurm.stages.<kind>): the resources of the Slurm executor's jobs.
 SLURM_RULES: dict[str, Rule] = {
@@ -249,6 +250,16 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
         node = c.mapping(f"importance.{name}", value, f"the {name} options", nullable=True)
         options = MEASURE_SPECS[name].options
         c.rules(f"importance.{name}", node, {**options, NOTE: anything}, (*sorted(options), NOTE))
+    # dvc.yaml's chain stages read these as params: DVC stops on a missing one after prepare and k = 0
+    # have run, and sees no default of ours, so they are required here.
+    for name in IMPORTANCE_RULES:
+        if name not in importance:
+            raise c.fail(f"missing key importance.{name} (dvc.yaml's chain stages read it as a param); add it, "
+                         f"e.g. {name}: {IMPORTANCE_EXAMPLES[name]}")
+    for measure in (*study["measures"], *study["roar_measures"]):
+        if measure not in importance:
+            raise c.fail(f"missing key importance.{measure} (study lists {measure}; dvc.yaml's chain stages read "
+                         f"it as a param); add `{measure}: {{}}` under importance for its default options")
 
     runtime = c.mapping("runtime", params.get("runtime"), "runtime settings", nullable=True)
     c.rules("runtime", runtime, RUNTIME_RULES)

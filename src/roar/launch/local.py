@@ -25,6 +25,7 @@ from threading import Lock
 
 from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
+from roar.core.tools import tool_env
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
@@ -43,8 +44,8 @@ def _cost_rank(stage: str) -> tuple[int, str]:
 
 
 def stage_names(root: Path) -> list[str]:
-    out = subprocess.run(["dvc", "stage", "list", "--name-only"], cwd=root, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(["dvc", "stage", "list", "--name-only"], cwd=root, env=tool_env(), capture_output=True,
+                         text=True, check=True).stdout
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
@@ -153,12 +154,13 @@ def _open_study_run(root: Path):
     """The tracker and the (re)opened, RUNNING study run of ``root``'s params and commit."""
     from roar.config.params import load_params, study_from_params
     from roar.tracking.protocol import open_study_run
-    from roar.tracking.mlflow_tracker import Tracker
+    from roar.tracking.mlflow_tracker import NOTE_TAG, Tracker, experiment_note
 
     params = load_params(root / "params.yaml")
     tracker = Tracker(study_from_params(params).name, root)
     study_run = open_study_run(tracker, params, owned=True)
     tracker.set_tag(study_run, STUDY_FOLDER_TAG, study_folder(root))
+    tracker.set_tag(study_run, NOTE_TAG, experiment_note(tracker.experiment_id))
     return params, tracker, study_run
 
 
@@ -172,13 +174,14 @@ def study_folder(root: Path) -> str:
 def push_study(root: Path, env: dict | None = None) -> int:
     """``dvc push`` of ``root``'s own ``dvc.yaml`` (a plain ``dvc push`` would push every study of the
     project, and fail on those whose outputs this workspace never made); returns the exit status."""
-    return subprocess.run(["dvc", "push", "-q", "dvc.yaml"], cwd=root, env=env).returncode
+    return subprocess.run(["dvc", "push", "-q", "dvc.yaml"], cwd=root, env=tool_env(env)).returncode
 
 
 def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
+    env = tool_env()  # before the study run opens: refuses at once when dvc is nowhere
     _, tracker, study_run = _open_study_run(root)
     tracker.client.set_tag(study_run, "roar.executor", "local")
-    env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
+    env |= {"ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
     names = stage_names(root)
     waves = [sorted((n for n in names if stage_kind(n) in wave), key=_cost_rank) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)
@@ -256,7 +259,7 @@ def finish_pipeline(root: Path, study_run_id: str, push: bool) -> None:
     from roar.tracking.mlflow_tracker import Tracker
 
     tracker = Tracker(study_from_params(load_params(root / "params.yaml")).name, root)
-    env = {**os.environ, "ROAR_STUDY_RUN_ID": study_run_id, "MLFLOW_TRACKING_URI": tracker.uri}
+    env = tool_env(ROAR_STUDY_RUN_ID=study_run_id, MLFLOW_TRACKING_URI=tracker.uri)
     code = _final_repro(root, env)
     if code == 0 and push:
         code = push_study(root, env)
@@ -283,5 +286,7 @@ def reproduce_report(root: Path = Path("."), remote: str | None = None) -> None:
     outputs = result_outputs(root)
     if not outputs:
         raise FileNotFoundError("dvc.lock records no results/ outputs; nothing to reproduce")
-    subprocess.run(["dvc", "pull", "-q", *(["-r", remote] if remote else []), *outputs], cwd=root, check=True)
-    subprocess.run(["dvc", "repro", "--force", "--single-item", "report"], cwd=root, check=True)
+    env = tool_env()
+    subprocess.run(["dvc", "pull", "-q", *(["-r", remote] if remote else []), *outputs], cwd=root, env=env,
+                   check=True)
+    subprocess.run(["dvc", "repro", "--force", "--single-item", "report"], cwd=root, env=env, check=True)

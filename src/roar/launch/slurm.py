@@ -18,7 +18,6 @@ finished jobs for the cluster's ``MinJobAge``).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from roar.core.errors import RoarError
 from roar.core.fileio import write_text_atomic
+from roar.core.tools import tool_env
 from roar.config.layout import stage_kind
 
 SUBMISSIONS = Path(".roar") / "slurm"
@@ -290,4 +290,4 @@ def summary(submission: Submission) -> str:
 
 def study_env(study_run_id: str, tracking_uri: str) -> dict:
     """The environment the jobs inherit (``--export=ALL``): the study run and tracking URI."""
-    return {**os.environ, "ROAR_STUDY_RUN_ID": study_run_id, "MLFLOW_TRACKING_URI": tracking_uri}
+    return tool_env(ROAR_STUDY_RUN_ID=study_run_id, MLFLOW_TRACKING_URI=tracking_uri)

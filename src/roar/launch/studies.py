@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from roar.core.errors import RoarError
@@ -113,3 +114,127 @@ def resolve_study(name: str | None, cwd: Path = Path(".")) -> Path:
         raise RoarError(f"{folder / 'dvc.yaml'} differs from what the project's dvc.yaml generates; "
                         "run `roar study sync` (then commit it)")
     return folder
+
+
+# ``roar study status``: one line per study, from ``dvc status`` of its own dvc.yaml.
+UP_TO_DATE, NOT_RUN, STALE = "up to date", "not run here", "stale"
+
+
+@dataclass(frozen=True)
+class StudyStatus:
+    """A study's state (:data:`UP_TO_DATE`, :data:`NOT_RUN`, :data:`STALE`), why, and what to do about it."""
+
+    name: str
+    folder: str  # relative to the project root
+    state: str
+    why: str = ""
+    todo: str = ""
+
+    def line(self, width: int = 28) -> str:
+        text = f"{self.name:<{width}} {self.state}"
+        return text + "".join(f": {part}" if i == 0 else f"; {part}" for i, part in enumerate(
+            p for p in (self.why, self.todo) if p))
+
+
+def _made_here(path: str, lock: dict) -> bool:
+    """Whether ``path`` is (or holds) an output of a stage of this dvc.lock: a missing upstream output, not an
+    input of its own."""
+    outs = [out["path"] for stage in (lock.get("stages") or {}).values() for out in stage.get("outs", [])]
+    return any(out == path or out.startswith(path.rstrip("/") + "/") for out in outs)
+
+
+def _why_stale(status: dict, lock: dict) -> list[str]:
+    """Why stages are stale (from ``dvc status``): changed code fingerprints, params, commands or input data;
+    [] when only outputs (and the inputs other stages make from them) are missing."""
+    from roar.pipeline.provenance import PROVENANCE_FILE
+
+    code, params, other = set(), set(), set()
+    for stage, changes in status.items():
+        if stage not in (lock.get("stages") or {}):
+            other.add(f"stage {stage} is not in dvc.lock (the study's grid changed)")
+            continue
+        for change in changes:
+            if not isinstance(change, dict):
+                other.add(f"{stage}: {change}")
+                continue
+            if "changed command" in change:
+                other.add(f"the command of {stage} changed")
+            for path, state in (change.get("changed deps") or {}).items():
+                is_code = Path(path).name == PROVENANCE_FILE
+                if isinstance(state, dict):  # a params file: {key: modified | new | deleted}
+                    (code if is_code else params).update(key.removeprefix("fingerprints.") for key in state)
+                elif state == "new" and is_code:
+                    other.add("dvc.lock records no code fingerprints (it predates provenance.yaml; "
+                              "`roar provenance verify` proves the code computes the same, or `roar pipeline` reruns)")
+                elif state == "new" and Path(path).suffix == ".yaml":  # a params file dvc.lock does not name
+                    params.add(f"{path} (not in dvc.lock)")
+                elif state == "modified" and not _made_here(path, lock):
+                    other.add(f"input {path} changed")
+    reasons = []
+    if code:
+        reasons.append(f"code of {', '.join(sorted(code))} changed (`roar provenance verify` proves it "
+                       "computes the same, or `roar pipeline` reruns)")
+    if params:
+        reasons.append(f"params changed: {', '.join(sorted(params))}")
+    return reasons + sorted(other)
+
+
+def _missing_outputs(status: dict) -> dict[str, str]:
+    """The outputs ``dvc status`` reports absent: path -> ``not in cache`` or ``deleted`` (in the cache)."""
+    return {path: state for changes in status.values() for change in changes if isinstance(change, dict)
+            for path, state in (change.get("changed outs") or {}).items() if state in ("not in cache", "deleted")}
+
+
+def _remote(repo) -> str | None:
+    """The default remote's URL, None when there is none."""
+    name = repo.config["core"].get("remote")
+    return (repo.config["remote"].get(name) or {}).get("url") if name else None
+
+
+def study_status(root: Path, name: str) -> StudyStatus:
+    """The state of study ``name`` of the project at ``root``: up to date, not run here (its outputs are neither
+    in the workspace nor in the DVC cache; run or pull it), or stale (and why)."""
+    import contextlib
+
+    import yaml
+    from dvc.repo import Repo
+
+    root = Path(root)
+    folder = root if name == DEFAULT else root / STUDIES / name
+    where = folder.relative_to(root).as_posix()
+    run = f"run it with `roar pipeline{'' if name == DEFAULT else f' --study {name}'}`"
+    if not (folder / "dvc.lock").is_file():
+        return StudyStatus(name, where, NOT_RUN, "no dvc.lock (never run in this project)", run)
+    lock = yaml.safe_load((folder / "dvc.lock").read_text(encoding="utf-8")) or {}
+    with contextlib.chdir(folder), Repo(".") as repo:
+        status = repo.status(targets=["dvc.yaml"])
+        if not status:
+            return StudyStatus(name, where, UP_TO_DATE)
+        why = _why_stale(status, lock)
+        if why:
+            return StudyStatus(name, where, STALE, "; ".join(why))
+        missing = _missing_outputs(status)
+        pull = f"`dvc pull dvc.yaml`{'' if folder == root else f' in {where}'}"
+        if missing and all(state == "deleted" for state in missing.values()):
+            return StudyStatus(name, where, NOT_RUN, "outputs in the DVC cache but not checked out",
+                               f"`dvc checkout dvc.yaml`{'' if folder == root else f' in {where}'}")
+        remote = _remote(repo)
+        if remote is None:
+            return StudyStatus(name, where, NOT_RUN, "outputs neither here nor in the DVC cache, no DVC remote", run)
+        if "://" not in remote and not Path(remote).is_dir():
+            return StudyStatus(name, where, NOT_RUN, f"outputs neither here nor in the DVC cache; the DVC remote "
+                               f"{remote} does not exist here", run)
+        try:
+            cloud = repo.status(targets=["dvc.yaml"], cloud=True)
+        except Exception as error:  # noqa: BLE001 - an unreachable remote (network, credentials) says why
+            return StudyStatus(name, where, NOT_RUN, f"outputs neither here nor in the DVC cache; the DVC remote "
+                               f"{remote} is not reachable ({str(error).splitlines()[0]})", run)
+        if any(state == "missing" for state in cloud.values()):
+            return StudyStatus(name, where, NOT_RUN, f"outputs neither here, in the DVC cache nor (all) in the DVC "
+                               f"remote {remote}", run)
+        return StudyStatus(name, where, NOT_RUN, f"outputs in the DVC remote {remote} only", f"pull them with {pull}")
+
+
+def study_statuses(root: Path = Path(".")) -> list[StudyStatus]:
+    """:func:`study_status` of every study of the project at ``root``."""
+    return [study_status(root, name) for name in study_names(root)]

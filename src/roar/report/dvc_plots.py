@@ -17,6 +17,7 @@ from pathlib import Path
 
 from roar.core.errors import RoarError
 from roar.core.fileio import write_text_atomic
+from roar.core.tools import tool_env
 
 TEMPLATE = Path(".dvc/plots/offline.html")  # git-ignored; built per machine
 CONFIG_VALUE = "plots/offline.html"  # ``plots.html_template`` is relative to the .dvc folder
@@ -104,6 +105,6 @@ def write_offline_template(root: Path = Path("."), configure: bool = True) -> Pa
     path = root / TEMPLATE
     write_text_atomic(path, offline_page(scripts))
     if configure:
-        subprocess.run(["dvc", "config", "--local", "plots.html_template", CONFIG_VALUE], cwd=root, check=True,
-                       capture_output=True)
+        subprocess.run(["dvc", "config", "--local", "plots.html_template", CONFIG_VALUE], cwd=root, env=tool_env(),
+                       check=True, capture_output=True)
     return path

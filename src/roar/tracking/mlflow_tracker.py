@@ -28,6 +28,7 @@ LAUNCH_KIND = "launch"  # roar.kind given to the run of an `mlflow run` entry po
 # MLflow 3's UI reads this experiment tag to tell a model-training experiment from a GenAI one
 # (MLflow 3.17's UI takes the kind from its GenAI / Model training switch instead; see runs_page_url).
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+NOTE_TAG = "mlflow.note.content"  # an experiment's or a run's description in the UI
 
 
 DATASET_ATTEMPTS = 5
@@ -164,6 +165,15 @@ def runs_page_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> st
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
+def experiment_note(experiment_id: str) -> str:
+    """The experiment's description (the experiments list shows it): how to reach the runs in MLflow 3.17's UI,
+    which opens an experiment on its GenAI overview whatever the experiment's kind tag says, until the
+    GenAI / Model training switch (kept per browser) is set to Model training."""
+    return (f"roar study: its runs are in the UI's Model training view (switch at the top left; MLflow keeps it "
+            f"per browser), or open #/experiments/{experiment_id}/runs?workflowType=machine_learning "
+            "(`roar mlflow-url` prints the full link)")
+
+
 def study_runs_url(experiment: str, base: str = "http://127.0.0.1:5000", root: Path = Path(".")) -> str:
     """:func:`runs_page_url` of the experiment named ``experiment`` in this workspace's tracking store."""
     from mlflow.tracking import MlflowClient
@@ -211,17 +221,21 @@ class Tracker:
         if found:
             if EXPERIMENT_KIND_TAG not in found.tags:  # an experiment made by an older roar or by hand
                 self.client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+            if NOTE_TAG not in found.tags:  # a description the user wrote stays
+                self.client.set_experiment_tag(found.experiment_id, NOTE_TAG, experiment_note(found.experiment_id))
             return found.experiment_id
         from roar.config.layout import project_root
 
         location = (project_root(self.root) / "mlartifacts" / name).as_uri() if is_local_store(self.uri) else None
         try:
-            return self.client.create_experiment(name, artifact_location=location,
-                                                 tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+            experiment_id = self.client.create_experiment(name, artifact_location=location,
+                                                          tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         except MlflowException as error:
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
             return self.client.get_experiment_by_name(name).experiment_id
+        self.client.set_experiment_tag(experiment_id, NOTE_TAG, experiment_note(experiment_id))
+        return experiment_id
 
     def _launch_run(self) -> str | None:
         """The run that ``mlflow run`` made for the entry point that started this process (``MLFLOW_RUN_ID``),

@@ -26,7 +26,7 @@ PARAMS = {
     "train": {"bilstm-attention": {"babi-1": {"epochs": 3, "batch_size": 4, "embedding_dim": 8, "hidden": 4,
                                               "attention_hidden": 4}},
               "roberta": {"babi-1": {"checkpoint": "roberta-base", "epochs": 2}}},
-    "importance": {"batch_size": 16, "integrated-gradient": {"samples": 7}},
+    "importance": {"batch_size": 16, "target": "gold", "random": {}, "attention": {}, "integrated-gradient": {"samples": 7}},
 }
 NO_STORE = "sqlite:////nonexistent-roar-plan/mlflow.db"
 

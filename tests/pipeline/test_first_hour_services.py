@@ -1,0 +1,111 @@
+"""A fresh clone's first hour (issue 24) on a real git + DVC project: the tiny study run by ``.venv/bin/roar``
+without the virtualenv on PATH, ``roar study status`` here and in a clone, and a rerun's ``dvc.lock``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import BIN, commit, make_project, project_env, sh, tiny_params
+
+pytestmark = pytest.mark.pipeline
+
+
+def no_venv_env(root: Path) -> dict:
+    """A stage environment whose PATH lacks this virtualenv (as when running ``.venv/bin/roar``)."""
+    env = project_env(root)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != BIN and p != str(BIN))
+    assert shutil.which("dvc", path=env["PATH"]) is None and shutil.which("roar", path=env["PATH"]) is None
+    return env
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> tuple[Path, str]:
+    """The tiny study, run by the virtualenv's ``roar`` with the virtualenv off PATH; its output."""
+    root = make_project(tmp_path_factory.mktemp("first-hour") / "tiny", tiny_params())
+    out = sh(str(BIN / "roar"), "pipeline", "--jobs", "2", cwd=root, env=no_venv_env(root))
+    commit(root, "ran the tiny study")  # dvc.lock, as a user commits it
+    return root, out
+
+
+def test_venv_roar_runs_the_pipeline_without_the_venv_on_path(ran) -> None:
+    _, out = ran
+    assert "[roar] pipeline finished" in out and "outputs pushed" in out
+    assert "workflowType=machine_learning" in out  # the MLflow runs link
+
+
+def test_study_status_here_after_a_change_and_in_a_clone(ran, tmp_path) -> None:
+    root, _ = ran
+    status = sh(str(BIN / "roar"), "study", "status", cwd=root)
+    assert status.split() == ["default", "up", "to", "date"], status
+    params = root / "params.yaml"
+    text = params.read_text()
+    try:
+        params.write_text(text.replace("target: predicted", "target: gold"))
+        stale = sh("roar", "study", "status", cwd=root)
+        assert stale.startswith("default stale: params changed: importance.target"), stale
+    finally:
+        params.write_text(text)
+    clone = tmp_path / "clone"
+    sh("git", "clone", "-q", str(root), str(clone), cwd=tmp_path)
+    local = subprocess.run(["dvc", "remote", "list"], cwd=root, capture_output=True, text=True,
+                           env=project_env(root)).stdout.split()[1]
+    missing = sh("roar", "study", "status", cwd=clone)
+    assert missing.startswith("default not run here: outputs neither here nor in the DVC cache; the DVC remote"), missing
+    sh("dvc", "remote", "modify", "--local", "storage", "url", local, cwd=clone)
+    pullable = sh("roar", "study", "status", cwd=clone)
+    assert pullable.strip() == f"default not run here: outputs in the DVC remote {local} only; pull them with " \
+                               "`dvc pull dvc.yaml`", pullable
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 item 5 not done yet: step records and the report's compute "
+                   "table hold run ids, the commit and seconds, so a rerun of unchanged inputs rewrites dvc.lock")
+def test_a_rerun_of_unchanged_inputs_leaves_dvc_lock_unchanged(ran) -> None:
+    root, _ = ran
+    before = yaml.safe_load((root / "dvc.lock").read_text())
+    sh("dvc", "repro", "--force", cwd=root)
+    after = yaml.safe_load((root / "dvc.lock").read_text())
+    changed = sorted(f"{stage}: {out['path']}" for stage, entry in after["stages"].items()
+                     for out, old in zip(entry.get("outs", []), before["stages"][stage].get("outs", []))
+                     if out != old)
+    assert not changed, f"{len(changed)} output hash(es) changed:\n" + "\n".join(changed)
+
+
+def test_mlflow_ui_click_path_from_the_home_page_to_the_runs(ran, tmp_path) -> None:
+    """A user's path in a fresh browser: MLflow 3.17 opens an experiment on its GenAI overview whatever the
+    experiment's kind tag says (its GenAI / Model training switch decides, GenAI until set), so the experiments
+    list shows roar's description naming the switch; home page -> the switch -> click the experiment -> runs."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from test_mlflow_ui import CHROMEDRIVER, CHROMIUM, _require_browser, show
+
+    from conftest import free_port, server_process
+
+    _require_browser()
+    root, _ = ran
+    url = f"http://127.0.0.1:{free_port()}"
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1800,1100"):
+        options.add_argument(argument)
+    options.binary_location = next(path for path in map(shutil.which, CHROMIUM) if path)
+    with server_process([str(BIN / "mlflow"), "ui", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                         "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1]], f"{url}/health", "mlflow ui",
+                        timeout=120, env=project_env(root), log=tmp_path / "mlflow-ui.log"):
+        driver = webdriver.Chrome(service=Service(shutil.which(CHROMEDRIVER)), options=options)
+        try:
+            show(driver, f"{url}/#/experiments", "tiny", "roar study: its runs are in the UI's Model training view")
+            show(driver, f"{url}/", "Welcome to MLflow", "Model training")
+            driver.find_element("xpath", "//*[normalize-space(text())='Model training']").click()
+            from mlflow.tracking import MlflowClient
+
+            experiment_id = MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_experiment_by_name("tiny").experiment_id
+            next(a for a in driver.find_elements("css selector", "a")
+                 if (a.get_attribute("href") or "").endswith(f"/experiments/{experiment_id}")).click()
+            text = show(driver, None, "Run Name", "tiny:pipeline")
+            assert "Traces\n0" not in text and "/runs" in driver.current_url
+        finally:
+            driver.quit()
