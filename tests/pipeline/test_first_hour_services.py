@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, commit, make_project, project_env, sh, tiny_params
+from tests.pipeline.conftest import BIN, commit, make_project, project_env, sh, tiny_params
 
-pytestmark = pytest.mark.pipeline
 
 
 def no_venv_env(root: Path) -> dict:

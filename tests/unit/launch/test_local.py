@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from roar.launch.local import Progress
+
+REPO = Path(__file__).resolve().parents[3]
 
 STAGES = ["prepare@a", "train_k0@a-0", "train_k0@a-1", "recursive@a-x-0", "recursive@a-x-1", "recursive@a-y-0"]
 
@@ -43,3 +48,16 @@ def test_summary_by_kind() -> None:
     assert lines[2].split() == ["train_k0", "2", "60.0", "30.0", "40.0"]
     assert lines[3].split() == ["recursive", "3", "600.0", "200.0", "300.0"]
     assert progress.line("recursive@a-y-0", True, 200.0) == "[6/6] recursive@a-y-0: ok in 200.0 s"
+
+
+def test_local_pipeline_spawns_dvc_with_the_tool_env(monkeypatch, tmp_path):
+    """The stage list (the first dvc roar runs) finds dvc with the virtualenv off PATH."""
+    from roar.launch.local import stage_names
+
+    shutil.copy(REPO / "dvc.yaml", tmp_path)
+    shutil.copy(REPO / "params.yaml", tmp_path)
+    shutil.copy(REPO / "provenance.yaml", tmp_path)
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "config").write_text("[core]\n    no_scm = true\n")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert "report" in stage_names(tmp_path)

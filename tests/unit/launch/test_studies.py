@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from roar.cli import app
 from roar.report.dvc_plots import offline_page, vega_libraries
 from roar.core.errors import RoarError
 from roar.config.layout import project_root
@@ -89,3 +91,40 @@ def test_offline_page_inlines_dvcs_vega_versions() -> None:
     assert "{plot_divs}" in page and "{refresh_tag}" in page and "{scripts}" not in page  # no CDN scripts
     assert "var a = '<\\/script>';" in page and "/* vega@5.0.0 */" in page
     assert 'renderer: "svg"' in page
+
+
+def test_study_status_says_why_a_study_is_stale():
+    from roar.launch.studies import _why_stale
+
+    lock = {"stages": {"recursive@a": {"outs": [{"path": "results/a/s0"}]}, "report": {"outs": []}}}
+    status = {"recursive@a": [{"changed deps": {"../../provenance.yaml": {"fingerprints.chain.gradient": "modified"},
+                                                "params.yaml": {"importance.target": "modified"},
+                                                "data/prepared/a": "deleted"}},
+                              {"changed outs": {"results/a/s0": "not in cache"}}],
+              "report": [{"changed deps": {"results": "modified"}}]}  # results: made by the chains, not an input
+    why = _why_stale(status, lock)
+    assert why[0].startswith("code of chain.gradient changed (`roar provenance verify`")
+    assert why[1:] == ["params changed: importance.target"]
+    # outputs missing (upstream ones too): not stale, only not run here
+    only_missing = {"recursive@a": [{"changed deps": {"data/prepared/a": "deleted"}},
+                                    {"changed outs": {"results/a/s0": "not in cache"}}],
+                    "report": [{"changed deps": {"results": "modified"}}]}
+    assert _why_stale(only_missing, lock) == []
+    assert _why_stale({"new@b": [{"changed outs": {"x": "not in cache"}}]}, lock) == [
+        "stage new@b is not in dvc.lock (the study's grid changed)"]
+
+
+def test_study_status_of_a_study_never_run(tmp_path, monkeypatch):
+    from roar.launch.studies import NOT_RUN, new_study, study_status
+
+    for name in ("dvc.yaml", "params.yaml", "provenance.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    (tmp_path / ".dvc").mkdir()
+    new_study("other", REPO / "params.yaml", tmp_path)
+    status = study_status(tmp_path, "other")
+    assert (status.state, status.folder) == (NOT_RUN, "studies/other")
+    assert status.line() == ("other                        not run here: no dvc.lock (never run in this project); "
+                             "run it with `roar pipeline --study other`")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["study", "status", "other"])
+    assert result.exit_code == 0 and "not run here" in result.output, result.output

@@ -146,3 +146,22 @@ def test_parallel_stages_of_one_mlflow_run_all_nest_it(store: Path, monkeypatch)
         assert (tags["mlflow.parentRunId"], tags["roar.kind"], tags["roar.study_run"]) == (study, "launch", study)
         chains = tracker.client.search_runs([tracker.experiment_id], f"tags.`mlflow.runName` LIKE 'c{trial}-%'")
         assert sorted(r.data.tags["mlflow.parentRunId"] for r in chains) == [launch] * 6
+
+
+def test_the_experiment_says_how_to_reach_its_runs(tmp_path, monkeypatch):
+    """MLflow 3.17's UI ignores ``mlflow.experimentKind`` (its workflow switch decides, GenAI by default): the
+    experiment's description, shown in the experiments list, names the switch and the runs link."""
+    from mlflow.tracking import MlflowClient
+
+    from roar.tracking.mlflow_tracker import NOTE_TAG, Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    tracker = Tracker("study-a", tmp_path)
+    note = MlflowClient(tracker.uri).get_experiment(tracker.experiment_id).tags[NOTE_TAG]
+    assert "Model training" in note
+    assert f"#/experiments/{tracker.experiment_id}/runs?workflowType=machine_learning" in note
+    client = MlflowClient(tracker.uri)
+    client.set_experiment_tag(tracker.experiment_id, NOTE_TAG, "mine")
+    Tracker("study-a", tmp_path)
+    assert client.get_experiment(tracker.experiment_id).tags[NOTE_TAG] == "mine"  # the user's description stays
