@@ -9,14 +9,14 @@
 # Needs python3 with torch, lightning, torchmetrics, numpy, safetensors, transformers (gpu_check's
 # transformer), pyyaml; not roar installed (PYTHONPATH=src), nor MLflow, DVC, datasets or pyarrow.
 # Writes 8 files under $OUT: session.log, gpu_check.log, bench.log, bench.json, chains.jsonl,
-# chains.log, nvidia_smi.csv, chains_summary.json. Each part has its own timeout.
+# chains.log, nvidia_smi.csv, chains_summary.json. Each part has its own timeout (150 s, 70 s, 165 s, 20 s).
 set -u
 OUT=${OUT:?set OUT to the output folder}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 WORKERS=${WORKERS:-6}          # chains at once on the GPU
-CHAIN_SECONDS=${CHAIN_SECONDS:-150}  # no chain step starts after this (per worker, from its start)
+CHAIN_SECONDS=${CHAIN_SECONDS:-130}  # no chain step starts after this (per worker, from its start)
 DEVICE=cuda
 CHECK_ARGS=()
 BENCH_ARGS=(--epochs 3 --ig-rows 3000)
@@ -54,19 +54,19 @@ else
   echo "no nvidia-smi" > "$OUT/nvidia_smi.csv"
 fi
 
-log "1/3 gpu_check (timeout $((110 * SLACK)) s)"
-timeout $((110 * SLACK)) $PY bench/gpu_check.py "${CHECK_ARGS[@]}" > "$OUT/gpu_check.log" 2>&1
+log "1/3 gpu_check (timeout $((150 * SLACK)) s)"
+timeout $((150 * SLACK)) $PY bench/gpu_check.py "${CHECK_ARGS[@]}" > "$OUT/gpu_check.log" 2>&1
 log "gpu_check rc=$? after $(( $(date +%s) - start )) s"
 
-log "2/3 step throughput benchmark on $DEVICE (timeout $((80 * SLACK)) s)"
-timeout $((80 * SLACK)) $PY bench/bench_step_throughput.py --device "$DEVICE" "${BENCH_ARGS[@]}" --json "$OUT/bench.json" \
+log "2/3 step throughput benchmark on $DEVICE (timeout $((70 * SLACK)) s)"
+timeout $((70 * SLACK)) $PY bench/bench_step_throughput.py --device "$DEVICE" "${BENCH_ARGS[@]}" --json "$OUT/bench.json" \
   > "$OUT/bench.log" 2>&1
 log "bench rc=$? after $(( $(date +%s) - start )) s"
 
-log "3/3 $WORKERS chains of paper-settings bAbI-1 steps at once (budget $CHAIN_SECONDS s, timeout $(((CHAIN_SECONDS + 40) * SLACK)) s)"
+log "3/3 $WORKERS chains of paper-settings bAbI-1 steps at once (budget $CHAIN_SECONDS s, timeout $(((CHAIN_SECONDS + 35) * SLACK)) s)"
 pids=()
 for worker in $(seq 0 $((WORKERS - 1))); do
-  timeout $(((CHAIN_SECONDS + 40) * SLACK)) $PY bench/gpu_chain_steps.py --worker "$worker" --seconds "$CHAIN_SECONDS" \
+  timeout $(((CHAIN_SECONDS + 35) * SLACK)) $PY bench/gpu_chain_steps.py --worker "$worker" --seconds "$CHAIN_SECONDS" \
     --device "$DEVICE" --out "$OUT/chains.jsonl" "${CHAIN_ARGS[@]}" >> "$OUT/chains.log" 2>&1 &
   pids+=($!)
 done
