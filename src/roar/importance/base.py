@@ -126,10 +126,25 @@ def embedding_gradient(model: torch.nn.Module, batch: Batch, embeddings: torch.T
     every example's own gradient in one backward pass.
     """
     embeddings = embeddings.detach().requires_grad_(True)
-    with torch.enable_grad(), rnn_backward_allowed(model, embeddings.device):
+    with torch.enable_grad(), rnn_backward_allowed(model, embeddings.device), frozen_weights(model):
         logits = model(batch.tokens, batch.lengths, batch.tokens2, batch.lengths2, inputs_embeds=embeddings).logits
         (grad,) = torch.autograd.grad(explained_logit(logits, batch.labels).sum(), embeddings)
     return grad
+
+
+@contextlib.contextmanager
+def frozen_weights(model: torch.nn.Module) -> Iterator[None]:
+    """Parameters that need no gradient for the pass: autograd then records no graph for the parts
+    that do not depend on the input (the question encoder) and the LSTM kernels skip the weight
+    gradients (the input gradient is the same)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    try:
+        for p in trainable:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p in trainable:
+            p.requires_grad_(True)
 
 
 def prediction_agreement(model: torch.nn.Module, split: Split, batch_size: int = 256) -> float:
@@ -150,11 +165,14 @@ def compute_importance(measure: ImportanceMeasure, model: torch.nn.Module | None
     ``target`` (:data:`~roar.config.catalog.TARGETS`) picks the class that measures with ``explains_class``
     explain (gold: the batch's labels as they are).
     On a GPU, ``batch_size`` shrinks to the rows one gradient pass of the model fits there
-    (:func:`roar.models.device.max_rows_per_pass` at the split's longest sequences).
+    (:func:`roar.models.device.max_rows_per_pass` at the split's longest sequences). A measure that
+    reads the model sees the rows in order of length (:func:`roar.models.batching.length_batches`):
+    a model runs no padding positions; a row's scores are the same up to float rounding (the kernels'
+    shapes change), others get them in split order.
     """
     from tqdm.auto import tqdm
 
-    from roar.models.batching import iterate_batches
+    from roar.models.batching import iterate_batches, length_batches
 
     out = np.zeros(split.tokens.shape, dtype=np.float32)
     device = torch.device("cpu")
@@ -166,7 +184,7 @@ def compute_importance(measure: ImportanceMeasure, model: torch.nn.Module | None
 
             batch_size = min(batch_size, max_rows_per_pass(model, split.tokens.shape[1], split.tokens2.shape[1],
                                                            device))
-    batches = iterate_batches(split, batch_size)
+    batches = iterate_batches(split, batch_size) if model is None else length_batches(split, batch_size)
     total = -(-len(split) // batch_size)
     for batch in tqdm(batches, total=total, desc=f"{measure.name} on {split_name}", disable=not progress,
                       leave=False):

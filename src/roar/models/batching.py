@@ -56,6 +56,19 @@ def iterate_batches(split: Split, batch_size: int, shuffle_seed: int | None = No
         yield make_batch(split, order[start:start + batch_size])
 
 
+def length_batches(split: Split, batch_size: int) -> Iterator[Batch]:
+    """Batches of rows of one (first, second) sequence length each, shortest first, at most
+    ``batch_size`` rows: no padding at all (the BiLSTM then flips instead of gathering and masks
+    nothing). A length with few rows gives a small batch; integrated gradients fills its passes with
+    more samples instead. Ties keep split order (stable sort).
+    """
+    order = np.lexsort((split.lengths2, split.lengths))
+    keys = split.lengths[order].astype(np.int64) * (int(split.lengths2.max(initial=0)) + 1) + split.lengths2[order]
+    for group in np.split(order, np.flatnonzero(np.diff(keys)) + 1) if len(order) else []:
+        for start in range(0, len(group), batch_size):
+            yield make_batch(split, group[start:start + batch_size])
+
+
 class SplitDataset(torch.utils.data.Dataset):
     """Index dataset whose collate function builds a :class:`Batch` (for DataLoader)."""
 
