@@ -63,7 +63,7 @@ def paper_babi1(n_train: int = 10_000, n_test: int = 1_000, seed: int = 0) -> St
     """bAbI-1 as ``roar prepare`` makes it for studies/paper-babi-1 (generated, word vocabulary), without
     writing files (the prepared format needs pyarrow, which a GPU node may lack)."""
     from roar.data.prepare import encode_word_dataset, load_raw, split_validation
-    from roar.datasets import PrepareConfig, dataset_spec
+    from roar.config.datasets import PrepareConfig, dataset_spec
 
     spec = dataset_spec("babi-1")
     config = PrepareConfig(source="generate", n_train=n_train, n_test=n_test, val_fraction=0.15, seed=seed)
@@ -251,7 +251,7 @@ def reference_ig(model: BareModel, split: Split, rows_per_pass: int, device: tor
 def roar_train(data: StepData, epochs: int, device: torch.device, seed: int):
     """roar's training of a step for ``epochs`` epochs; returns the model and the wall time at the end of each
     epoch's validation (from the start) and in total."""
-    from roar.training import TrainConfig, train
+    from roar.models.training import TrainConfig, train
 
     config = TrainConfig(model="bilstm-attention", epochs=epochs, batch_size=BATCH, lr=LR, weight_decay=WEIGHT_DECAY,
                          embedding_dim=DIM, hidden=HIDDEN, attention_hidden=ATTENTION)

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_step_throughput import (ATTENTION, BATCH, DIM, HIDDEN, LR, WEIGHT_DECAY, paper_babi1,  # noqa: E402
                                    quiet_lightning)
 
-from roar.chain import roar_step  # noqa: E402
+from roar.pipeline.chain import roar_step  # noqa: E402
 from roar.importance.integrated_gradient import IntegratedGradientImportance  # noqa: E402
-from roar.training import TrainConfig, train  # noqa: E402
+from roar.models.training import TrainConfig, train  # noqa: E402
 
 CONFIG = TrainConfig(model="bilstm-attention", epochs=100, patience=5, batch_size=BATCH, lr=LR,
                      weight_decay=WEIGHT_DECAY, embedding_dim=DIM, hidden=HIDDEN, attention_hidden=ATTENTION)
