@@ -117,7 +117,9 @@ def resolve_study(name: str | None, cwd: Path = Path(".")) -> Path:
 
 
 # ``roar study status``: one line per study, from ``dvc status`` of its own dvc.yaml.
-UP_TO_DATE, NOT_RUN, STALE = "up to date", "not run here", "stale"
+UP_TO_DATE = "up to date"
+NOT_RUN = "not run here"
+STALE = "stale"
 
 
 @dataclass(frozen=True)
