@@ -118,14 +118,16 @@ def stale_stages(root: Path, fingerprints: dict) -> list[StaleStage]:
 
 def plan_samples(stale: list[StaleStage], study_params: Callable[[Path], dict]) -> list[ScratchProject]:
     """One sample per (key, dataset, model, revision): the first step of a stale chain of the first study
-    that has one (lowest seed). Every scratch project also runs prepare, the reference models and the report, so
-    their keys come with any project; a study with only those stale gets a project of its own."""
+    that has one (lowest seed). Every scratch project also runs prepare, the reference models and the
+    report, so their keys are sampled by every project; a dataset and model with only those stale gets a
+    project of its own."""
     projects: dict[tuple, ScratchProject] = {}
     covered: set[tuple[str, str, str, str]] = set()
 
     def project_for(stage: StaleStage, seed: int | None = None) -> ScratchProject:
-        dataset, model = _stage_target(stage.argv)
         study = study_params(stage.study)["study"]
+        dataset, model = (_stage_target(stage.argv) if stage.argv[0] != "report"
+                          else (study["datasets"][0], study["models"][0]))
         seed = int(study["seeds"][0]) if seed is None else seed
         return projects.setdefault((stage.study, stage.revision, dataset, model), ScratchProject(
             stage.study, study["name"], stage.revision, dataset, model, seed, int(study["steps"][0])))
@@ -140,8 +142,10 @@ def plan_samples(stale: list[StaleStage], study_params: Callable[[Path], dict]) 
         covered.add(sample)
         project.chains.append((stage.argv[3], "--recursive" in stage.argv))
         project.keys.add(stage.key)
-    for stage in (s for s in stale if s.argv[0] != "chain"):
-        if not any(p.revision == stage.revision for p in projects.values()):
+    for stage in (s for s in stale if s.argv[0] != "chain"):  # prepare, the reference models, the report
+        target = _stage_target(stage.argv) if stage.argv[0] != "report" else None
+        if not any(p.revision == stage.revision and (target is None or (p.dataset, p.model) == target)
+                   for p in projects.values()):
             project_for(stage)
     for project in projects.values():
         project.keys |= {"fingerprints.prepare", "fingerprints.train", "fingerprints.report"}

@@ -1,0 +1,120 @@
+"""`roar provenance verify`'s parts: which stages are stale, which samples run, how runs are compared,
+whose key a difference refuses, and how a lock is re-keyed (tests/pipeline/test_provenance_verify.py
+runs the whole of it on a real project)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from roar.launch.verify import StaleStage, compare_projects, owner, plan_samples, rekey_lock, stale_stages
+
+PARAMS = {"study": {"name": "s", "datasets": ["d"], "models": ["m"], "seeds": [0, 1], "steps": [10, 20]}}
+CHAIN_G0 = ("chain", "d", "m", "g", "0", "--recursive", "--skip-unsupported", "--no-progress")
+
+
+def chain(study: Path, measure: str, seed: int, revision: str = "r1") -> StaleStage:
+    argv = ("chain", "d", "m", measure, str(seed), "--recursive")
+    return StaleStage(study, f"recursive@d-m-{measure}-{seed}", f"fingerprints.chain.{measure}", argv, revision)
+
+
+def test_one_sample_per_key_dataset_model_and_revision() -> None:
+    a, b = Path("/p"), Path("/p/studies/b")
+    stale = [chain(a, "g", 1), chain(a, "g", 0), chain(a, "r", 0), chain(b, "g", 0), chain(b, "g", 0, "r0")]
+    projects = plan_samples(stale, lambda study: PARAMS)
+    summary = sorted((p.study.name, p.revision, p.seed, sorted(p.chains)) for p in projects)
+    # study b's gradient chain at r1 is sampled by study a's; at r0 it needs its own project
+    assert summary == [("b", "r0", 0, [("g", True)]), ("p", "r1", 0, [("g", True), ("r", True)])]
+    assert all({"fingerprints.prepare", "fingerprints.train", "fingerprints.report"} <= p.keys for p in projects)
+
+
+def test_stages_without_chains_get_a_project_of_their_dataset_and_model() -> None:
+    root = Path("/p")
+    report = StaleStage(root, "report", "fingerprints.report", ("report",), "r1")
+    (project,) = plan_samples([report], lambda study: PARAMS)
+    assert (project.dataset, project.model, project.seed, project.chains) == ("d", "m", 0, [])
+    train = StaleStage(root, "train_k0@e-m-0", "fingerprints.train", ("train-reference", "e", "m", "0"), "r1")
+    projects = plan_samples([chain(root, "g", 0), train], lambda study: PARAMS)
+    assert sorted((p.dataset, p.model) for p in projects) == [("d", "m"), ("e", "m")]
+
+
+def test_a_difference_refuses_the_key_of_the_stage_that_wrote_the_file() -> None:
+    assert owner("data/prepared/d/m/train.parquet: bytes differ") == "fingerprints.prepare"
+    assert owner("data/masked/d/m/all/test.parquet: bytes differ") == "fingerprints.prepare"
+    assert owner("data/masked/d/m/integrated-gradient/recursive/s0/k10/x: bytes differ") == \
+        "fingerprints.chain.integrated-gradient"
+    assert owner("models/d/m/k0/s0/model.safetensors: bytes differ") == "fingerprints.train"
+    assert owner("results/d/m/all/s0.json: computed fields differ") == "fingerprints.train"
+    assert owner("models/d/m/random/recursive/s0/k10/model.safetensors: only in the new code's run") == \
+        "fingerprints.chain.random"
+    assert owner("reports/points.csv: differs") == "fingerprints.report"
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_runs_compare_bytes_computed_record_fields_and_untimed_tables(tmp_path: Path) -> None:
+    record = {"k": 10, "value": 0.5, "data_hash": "h", "step_run_id": "run-a", "train_seconds": 3.0,
+              "git_commit": "abc", "step_key": "key-a", "code_fingerprint": "old"}
+    same = {"data/prepared/d/m/x": "1", "models/d/m/k0/s0/w": "2", "reports/points.csv": "p",
+            "reports/compute.csv": "3 s"}
+    old = write(tmp_path / "old", {**same, "results/d/m/k0/s0.json": json.dumps(record)})
+    new = write(tmp_path / "new", {**same, "reports/compute.csv": "4 s", "results/d/m/k0/s0.json": json.dumps(
+        {**record, "step_run_id": "run-b", "train_seconds": 4.0, "git_commit": "def", "step_key": "key-b",
+         "code_fingerprint": "new"})})
+    compared, differences = compare_projects(old, new)
+    assert (compared, differences) == (4, [])  # run ids, times, commit and code key are how a run went
+    write(new, {"models/d/m/k0/s0/w": "2!", "models/d/m/g/recursive/s0/k10/w": "extra",
+                "results/d/m/k0/s0.json": json.dumps({**record, "value": 0.6}), "reports/points.csv": "q"})
+    _, differences = compare_projects(old, new)
+    assert differences == ["models/d/m/g/recursive/s0/k10/w: only in the new code's run",
+                           "models/d/m/k0/s0/w: bytes differ", "results/d/m/k0/s0.json: computed fields differ",
+                           "reports/points.csv: differs"]
+
+
+LOCK = {"schema": "2.0", "stages": {
+    "recursive@d-m-g-0": {"cmd": "roar " + " ".join(CHAIN_G0[:5]) + " --recursive",
+                          "deps": [{"path": "../../src/roar/chain.py", "md5": "a"}, {"path": "data/prepared/d/m",
+                                                                                   "md5": "b.dir"}],
+                          "params": {"params.yaml": {"study.steps": [10]}},
+                          "outs": [{"path": "results/d/m/g/recursive/s0", "md5": "c.dir"}]},
+    "prepare@d-m": {"cmd": "roar prepare d --model m", "deps": [{"path": "../../src/roar/data", "md5": "d.dir"}],
+                    "params": {"params.yaml": {"prepare.d": {}}}, "outs": []},
+}}
+
+
+def test_rekey_sets_the_fingerprint_param_and_drops_source_file_deps(tmp_path: Path) -> None:
+    lock = tmp_path / "dvc.lock"
+    lock.write_text(yaml.safe_dump(LOCK, sort_keys=False))
+    keys = {"fingerprints.chain.g": "new-g", "fingerprints.prepare": "new-p"}
+    assert rekey_lock(lock, keys, {"recursive@d-m-g-0"}, "../../provenance.yaml") == 1
+    stages = yaml.safe_load(lock.read_text())["stages"]
+    chain_stage = stages["recursive@d-m-g-0"]
+    assert chain_stage["deps"] == [{"path": "data/prepared/d/m", "md5": "b.dir"}]
+    assert chain_stage["params"] == {"params.yaml": {"study.steps": [10]},
+                                     "../../provenance.yaml": {"fingerprints.chain.g": "new-g"}}
+    assert chain_stage["outs"] == LOCK["stages"]["recursive@d-m-g-0"]["outs"]
+    assert stages["prepare@d-m"] == LOCK["stages"]["prepare@d-m"]  # not named: untouched
+    rekey_lock(lock, keys, {"prepare@d-m"}, "provenance.yaml")
+    assert "deps" not in yaml.safe_load(lock.read_text())["stages"]["prepare@d-m"]  # only code deps: none left
+
+
+def test_stale_stages_are_those_locked_with_another_fingerprint_and_carry_the_lock_s_commit(tmp_path: Path) -> None:
+    lock = dict(LOCK, stages={**LOCK["stages"]})
+    lock["stages"]["prepare@d-m"] = {**LOCK["stages"]["prepare@d-m"],
+                                     "params": {"provenance.yaml": {"fingerprints.prepare": "p1"}}}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    for cmd in (["git", "init", "-q"], ["git", "add", "dvc.lock"],
+                ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "lock"]):
+        subprocess.run(cmd, cwd=tmp_path, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    stale = stale_stages(tmp_path, {"prepare": "p1", "chain": {"g": "g2"}})
+    assert [(s.name, s.key, s.revision) for s in stale] == [("recursive@d-m-g-0", "fingerprints.chain.g", head)]
+    assert stale_stages(tmp_path, {"prepare": "p2", "chain": {"g": "g2"}})[1].name == "prepare@d-m"
