@@ -39,7 +39,18 @@ from roar.launch.studies import study_folders
 from roar.pipeline.provenance import (PROVENANCE_FILE, STAGE_KINDS, code_fingerprints, fingerprint_key, lookup,
                                       read_provenance, write_provenance)
 
-RUN_CLI = "import sys; from roar.cli import app; app(prog_name='roar')"
+# Runs a project's stage commands one after another in one process (imports paid once), under the
+# library on PYTHONPATH; the commands come as a JSON list of argument lists.
+RUN_COMMANDS = """
+import json, sys, time
+from roar.cli import app
+for argv in json.loads(sys.argv[1]):
+    start = time.perf_counter()
+    code = app(argv, prog_name="roar", standalone_mode=False)
+    if code:
+        sys.exit(f"roar {' '.join(argv)}: exit {code}")
+    print(f"roar {' '.join(argv)}: ok ({time.perf_counter() - start:.0f} s)", flush=True)
+"""
 # Step-record fields that say how a run went, not what it computed.
 RUN_FIELDS = ("run_id", "git_commit", "seconds", "step_key", "code_fingerprint", "libraries", "_path")
 # Report tables that hold run times.
@@ -182,18 +193,22 @@ def run_project(project: ScratchProject, params: dict, code: Path, folder: Path,
     (folder / "params.yaml").write_text(yaml.safe_dump(scratch_params(params, project), sort_keys=False))
     env = {**os.environ, "PYTHONPATH": str(code), "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
            "ROAR_STUDY_RUN_ID": ""}
-    for argv in _commands(project):
-        done = subprocess.run([sys.executable, "-c", RUN_CLI, *argv], cwd=folder, env=env, capture_output=True,
-                              text=True)
-        if done.returncode:
-            raise RoarError(f"{project.label}: `roar {' '.join(argv)}` under {code} failed (exit "
-                            f"{done.returncode}): {done.stderr.strip().splitlines()[-1:] or ''}")
-        log(f"  {project.label} [{code.parent.name}] roar {' '.join(argv)}: ok")
+    done = subprocess.run([sys.executable, "-c", RUN_COMMANDS, json.dumps(_commands(project))], cwd=folder, env=env,
+                          capture_output=True, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("roar "):
+            log(f"  {project.label} [{code.parent.name}] {line}")
+    if done.returncode:
+        raise RoarError(f"{project.label}: a stage command under {code} failed (exit {done.returncode}): "
+                        f"{(done.stderr.strip().splitlines() or [''])[-1]}")
 
 
-def _computed(record: dict) -> dict:
-    """A step record's fields that the computation determines (not run ids, times or code keys)."""
-    return {k: v for k, v in record.items() if not any(tag in k for tag in RUN_FIELDS)}
+def _computed(record: object) -> object:
+    """A step record's fields that the computation determines, at every depth (not run ids, times or
+    code keys: a no-retrain score holds its seconds too)."""
+    if isinstance(record, dict):
+        return {k: _computed(v) for k, v in record.items() if not any(tag in k for tag in RUN_FIELDS)}
+    return record
 
 
 def compare_projects(old: Path, new: Path) -> tuple[int, list[str]]:

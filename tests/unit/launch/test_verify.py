@@ -62,15 +62,16 @@ def write(root: Path, files: dict[str, str]) -> Path:
 
 def test_runs_compare_bytes_computed_record_fields_and_untimed_tables(tmp_path: Path) -> None:
     record = {"k": 10, "value": 0.5, "data_hash": "h", "step_run_id": "run-a", "train_seconds": 3.0,
-              "git_commit": "abc", "step_key": "key-a", "code_fingerprint": "old"}
+              "git_commit": "abc", "step_key": "key-a", "code_fingerprint": "old",
+              "no_retrain": {"k0-model": {"value": 0.4, "seconds": 1.0, "data_hash": "d"}}}
     same = {"data/prepared/d/m/x": "1", "models/d/m/k0/s0/w": "2", "reports/points.csv": "p",
             "reports/compute.csv": "3 s"}
     old = write(tmp_path / "old", {**same, "results/d/m/k0/s0.json": json.dumps(record)})
     new = write(tmp_path / "new", {**same, "reports/compute.csv": "4 s", "results/d/m/k0/s0.json": json.dumps(
         {**record, "step_run_id": "run-b", "train_seconds": 4.0, "git_commit": "def", "step_key": "key-b",
-         "code_fingerprint": "new"})})
+         "code_fingerprint": "new", "no_retrain": {"k0-model": {"value": 0.4, "seconds": 2.0, "data_hash": "d"}}})})
     compared, differences = compare_projects(old, new)
-    assert (compared, differences) == (4, [])  # run ids, times, commit and code key are how a run went
+    assert (compared, differences) == (4, [])  # run ids, times (nested too), commit, code key: how a run went
     write(new, {"models/d/m/k0/s0/w": "2!", "models/d/m/g/recursive/s0/k10/w": "extra",
                 "results/d/m/k0/s0.json": json.dumps({**record, "value": 0.6}), "reports/points.csv": "q"})
     _, differences = compare_projects(old, new)
