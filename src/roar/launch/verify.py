@@ -6,12 +6,13 @@ recorded (or the lock predates fingerprints), :func:`verify_code_change`:
 1. finds those stale stages in every study (the root and ``studies/*``), grouped by fingerprint key
    (``fingerprints.chain.<measure>``, ``fingerprints.train``, ...) and by the commit their lock was
    made at;
-2. picks one sample per key: the first step of one chain (lowest seed) of the first study that has it;
+2. picks one sample per key, dataset and model: the first step of one chain (lowest seed) of the
+   first study that has it;
 3. runs the samples from scratch twice, beside each other, in scratch folders: once under the code
    of that commit (a detached git worktree) and once under the working tree's code. Each scratch
-   project runs the stage commands (prepare, the k = 0 and k = 100 models, the sample chains cut to
-   their first step, the report), so the verifier relies only on those commands, not on library APIs
-   that may have moved;
+   project runs the stage commands (prepare, the k = 0 model, the sample chains cut to their first
+   step; the first project of a commit also the k = 100 model and the report), so the verifier relies
+   only on those commands, not on library APIs that may have moved;
 4. compares every data and model file byte for byte (CPU runs are deterministic), the step records'
    computed fields, and the report's tables;
 5. re-keys, in every ``dvc.lock``, the stale stages of the keys whose samples all matched (their code
@@ -82,6 +83,7 @@ class ScratchProject:
     first_step: int
     chains: list[tuple[str, bool]] = field(default_factory=list)  # (measure, recursive)
     keys: set[str] = field(default_factory=set)
+    report: bool = True  # also the k = 100 model and the report (once per code revision is enough)
 
     @property
     def label(self) -> str:
@@ -158,8 +160,12 @@ def plan_samples(stale: list[StaleStage], study_params: Callable[[Path], dict]) 
         if not any(p.revision == stage.revision and (target is None or (p.dataset, p.model) == target)
                    for p in projects.values()):
             project_for(stage)
+    reporting: set[str] = set()
     for project in projects.values():
-        project.keys |= {"fingerprints.prepare", "fingerprints.train", "fingerprints.report"}
+        project.report = project.revision not in reporting
+        reporting.add(project.revision)
+        project.keys |= {"fingerprints.prepare", "fingerprints.train"} | (
+            {"fingerprints.report"} if project.report else set())
     return list(projects.values())
 
 
@@ -176,12 +182,12 @@ def scratch_params(params: dict, project: ScratchProject) -> dict:
 
 def _commands(project: ScratchProject) -> list[list[str]]:
     d, m, s = project.dataset, project.model, str(project.seed)
-    commands = [["prepare", d, "--model", m],
-                ["train-reference", d, m, s, "--which", "k0", "--no-progress"],
-                ["train-reference", d, m, s, "--which", "all", "--no-progress"]]
+    commands = [["prepare", d, "--model", m], ["train-reference", d, m, s, "--which", "k0", "--no-progress"]]
     commands += [["chain", d, m, measure, s, "--recursive" if recursive else "--roar", "--skip-unsupported",
                   "--no-progress"] for measure, recursive in project.chains]
-    return commands + [["report"]]
+    if project.report:
+        commands += [["train-reference", d, m, s, "--which", "all", "--no-progress"], ["report"]]
+    return commands
 
 
 def run_project(project: ScratchProject, params: dict, code: Path, folder: Path, log: Callable[[str], None]) -> None:

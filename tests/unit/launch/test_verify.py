@@ -29,6 +29,14 @@ def test_one_sample_per_key_dataset_model_and_revision() -> None:
     # study b's gradient chain at r1 is sampled by study a's; at r0 it needs its own project
     assert summary == [("b", "r0", 0, [("g", True)]), ("p", "r1", 0, [("g", True), ("r", True)])]
     assert all({"fingerprints.prepare", "fingerprints.train", "fingerprints.report"} <= p.keys for p in projects)
+    assert all(p.report for p in projects)  # one project per revision: each runs the report
+
+
+def test_the_report_and_the_k100_model_run_once_per_revision() -> None:
+    a = Path("/p")
+    other = StaleStage(a, "recursive@e-m-g-0", "fingerprints.chain.g", ("chain", "e", "m", "g", "0"), "r1")
+    first, second = plan_samples([chain(a, "g", 0), other], lambda study: PARAMS)
+    assert (first.report, second.report) == (True, False) and "fingerprints.report" not in second.keys
 
 
 def test_stages_without_chains_get_a_project_of_their_dataset_and_model() -> None:
