@@ -80,9 +80,9 @@ def test_mlflow_ui_click_path_from_the_home_page_to_the_runs(ran, tmp_path) -> N
     list shows roar's description naming the switch; home page -> the switch -> click the experiment -> runs."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from test_mlflow_ui import CHROMEDRIVER, CHROMIUM, _require_browser, show
+    from tests.pipeline.test_mlflow_ui import CHROMEDRIVER, CHROMIUM, _require_browser, show
 
-    from conftest import free_port, server_process
+    from tests.pipeline.conftest import free_port, server_process
 
     _require_browser()
     root, _ = ran
