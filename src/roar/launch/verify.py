@@ -27,6 +27,7 @@ import filecmp
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -378,4 +379,8 @@ def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: 
             result.rekeyed[str(study.relative_to(root))] = rekey_lock(
                 study / "dvc.lock", {s.key: lookup(fingerprints, s.key) for s in stale}, names, path)
     write_provenance(root, (read_provenance(root).get("verified") or []) + result.verified)
+    if result.failed:
+        log(f"the scratch runs stay in {scratch} to compare")
+    else:
+        shutil.rmtree(scratch)
     return result
