@@ -38,8 +38,8 @@ from pathlib import Path
 
 from roar.core.errors import RoarError
 from roar.launch.studies import study_folders
-from roar.pipeline.provenance import (PROVENANCE_FILE, STAGE_KINDS, code_fingerprints, fingerprint_key, lookup,
-                                      read_provenance, write_provenance)
+from roar.pipeline.provenance import (PROVENANCE_FILE, STAGE_KINDS, fingerprint_key, lookup, read_provenance,
+                                      write_provenance)
 
 # Runs a project's stage commands one after another in one process (imports paid once), under the
 # library on PYTHONPATH; the commands come as a JSON list of argument lists.

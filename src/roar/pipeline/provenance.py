@@ -195,9 +195,13 @@ def refresh_provenance(root: Path) -> list[str]:
     if after == before:
         return []
     write_provenance(root)
-    keys = ["fingerprints.prepare", "fingerprints.train", "fingerprints.report",
-            *(f"fingerprints.chain.{name}" for name in after["chain"])]
-    return [key for key in keys if lookup(before, key) != lookup(after, key)]
+    return [key for key in _dotted_keys({"fingerprints": after}) if lookup(before, key) != lookup(after, key)]
+
+
+def _dotted_keys(node: dict, prefix: str = "") -> list[str]:
+    """The dotted key of every string leaf of ``node`` (``fingerprints.chain.gradient``, ...)."""
+    return [key for name, value in node.items() for key in (
+        _dotted_keys(value, f"{prefix}{name}.") if isinstance(value, dict) else [f"{prefix}{name}"])]
 
 
 def lookup(fingerprints: dict, key: str) -> str | None:
