@@ -34,12 +34,14 @@ def pipeline(root: Path, **env: str) -> subprocess.CompletedProcess:
 
 
 def chain_dir(root: Path, kind: str, measure: str) -> Path:
-    prefix = {"data": "data/masked", "models": "models", "results": "results"}[kind]
+    prefix = {"data": "data/masked", "models": "models", "results": "results", "runs": "runs"}[kind]
     return root / f"{prefix}/babi-1/bilstm-attention/{measure}/recursive/s0"
 
 
 def records(root: Path, measure: str) -> dict[int, dict]:
-    return {k: json.loads((chain_dir(root, "results", measure) / f"k{k}.json").read_text()) for k in STEPS}
+    """Each step's record with its run facts."""
+    return {k: json.loads((chain_dir(root, "results", measure) / f"k{k}.json").read_text())
+            | json.loads((chain_dir(root, "runs", measure) / f"k{k}.json").read_text()) for k in STEPS}
 
 
 def assert_nothing_half_written(root: Path) -> None:

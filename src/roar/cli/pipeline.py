@@ -96,6 +96,7 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
         fail(error, multiline=True)
     except subprocess.CalledProcessError as error:
         fail(error)
+    _rewrite_run_facts(root)
     typer.echo(f"[roar] pipeline finished in {time.perf_counter() - start:.0f} s")
     _print_runs_link(root)
     if push:
@@ -104,6 +105,17 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
             fail(RuntimeError(f"`dvc push` failed (exit {code}); check the DVC remote "
                                "(`dvc remote list`), or run with --no-push"))
         typer.echo("[roar] outputs pushed to the DVC remote")
+
+
+def _rewrite_run_facts(root: Path) -> None:
+    """The report files written from the run facts (``compute.csv``, ``noretrain_compute.csv``, ``README.md``)
+    are no DVC outputs: a rerun whose results came out the same skips the report stage, so they are rewritten
+    here from this run's facts (the other report files come out byte for byte the same)."""
+    from roar.config.params import load_params
+    from roar.report.study import write_report
+    from roar.tracking.mlflow_tracker import git_commit
+
+    write_report(load_params(root / "params.yaml"), root / "results", root / "reports", git_commit(root))
 
 
 def _print_runs_link(root: Path) -> None:
@@ -147,6 +159,7 @@ def pipeline_finish(study_run_id: str,
         finish_pipeline(Path("."), study_run_id, push)
     except RuntimeError as error:
         fail(error)
+    _rewrite_run_facts(Path("."))
     typer.echo("[roar] study complete")
 
 

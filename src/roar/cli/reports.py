@@ -69,7 +69,7 @@ def audit(dataset: Dataset, model: Model, measure: Measure, seed: int, k: int,
 @command("reproduce-report")
 def reproduce_report(remote: str = typer.Option(None, "--remote", "-r", help="DVC remote to pull from."),
                      study: str = STUDY) -> None:
-    """Pull only this commit's per-point results and re-run the report stage (then `git diff reports/`)."""
+    """Re-run the report stage from this commit's per-point results, pulling those not here (then `git diff reports/`)."""
     import subprocess
 
     from roar.launch.studies import resolve_study

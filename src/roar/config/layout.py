@@ -65,8 +65,23 @@ class Layout:
         return self.root / "results"
 
     @property
+    def runs(self) -> Path:
+        """The run facts of the records in :attr:`results` (run ids, commit, seconds), by the same paths."""
+        return self.root / "runs"
+
+    @property
     def reports(self) -> Path:
         return self.root / "reports"
+
+
+def run_facts_path(record: Path) -> Path:
+    """Where the run facts of the record at ``record`` (under a ``results`` folder) live: the same path under
+    the ``runs`` folder beside it. Records are DVC outputs; the run facts are not (they change with every run)."""
+    parts = record.parts
+    if "results" not in parts:
+        raise ValueError(f"{record} is not under a results folder; step records live under <study>/results")
+    at = len(parts) - 1 - parts[::-1].index("results")
+    return Path(*parts[:at], "runs", *parts[at + 1:])
 
 
 def step_dir(chain_dir: Path, k: int) -> Path:

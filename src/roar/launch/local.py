@@ -278,15 +278,18 @@ def result_outputs(root: Path) -> list[str]:
 
 
 def reproduce_report(root: Path = Path("."), remote: str | None = None) -> None:
-    """Pull only the per-point results of this commit and re-run the report stage.
+    """Re-run the report stage from this commit's per-point results.
 
-    The CSV and Markdown tables are git-tracked DVC outputs, so ``git diff reports/`` afterwards
-    shows any difference from what the commit recorded.
+    The step records travel with git; only those of commits from before they did (DVC-cached
+    outputs then) and absent here are pulled. The CSV and Markdown tables are git-tracked DVC
+    outputs, so ``git diff reports/`` afterwards shows any difference from what the commit recorded.
     """
     outputs = result_outputs(root)
     if not outputs:
         raise FileNotFoundError("dvc.lock records no results/ outputs; nothing to reproduce")
     env = tool_env()
-    subprocess.run(["dvc", "pull", "-q", *(["-r", remote] if remote else []), *outputs], cwd=root, env=env,
-                   check=True)
+    missing = [path for path in outputs if not (root / path).exists()]
+    if missing:
+        subprocess.run(["dvc", "pull", "-q", *(["-r", remote] if remote else []), *missing], cwd=root, env=env,
+                       check=True)
     subprocess.run(["dvc", "repro", "--force", "--single-item", "report"], cwd=root, env=env, check=True)

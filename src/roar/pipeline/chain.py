@@ -34,7 +34,7 @@ from roar.config.layout import Layout, mode_name, project_root
 from roar.pipeline.provenance import chain_code_fingerprint, equivalent_fingerprints, library_versions, read_provenance
 from roar.tracking.protocol import log_curve
 from roar.pipeline.runner import Runner, chain_tags
-from roar.pipeline.step_record import EXPLAINED_PREFIX, CurveScore, StepRecord
+from roar.pipeline.step_record import EXPLAINED_PREFIX, CurveScore, RunFacts, StepRecord
 from roar.pipeline.step_store import StepStore
 
 
@@ -206,7 +206,7 @@ class ChainRunner(Runner):
         else:
             record, masked = self._run_step(chain_run, ctx, k, step_key, source)
             this = StepInput.output_of(record, masked)
-            step_run = record.step_run_id
+            step_run = record.run.step_run_id
         record = self._score_without_retraining(chain_run, step_run, ctx, record, previous, this)
         return record, this
 
@@ -233,13 +233,13 @@ class ChainRunner(Runner):
             self.tracker.log_metrics(step_run, {point.metric: point.value, "masked_fraction": masked_fraction(
                 masked.splits["train"], ctx.meta.mask_id, ctx.meta.unmaskable_ids), **leak})
         record = StepRecord(
-            spec.dataset, spec.model, spec.measure, spec.recursive, self.study.strategy, spec.seed, k, **asdict(point),
-            leakage=leak, target=ctx.tags["roar.target"], explained=masked.explained,
-            importance_seconds=masked.seconds, data_hash=data_hash, model_hash=model_hash,
-            input_data_hash=source.data_hash, input_model_hash=source.model_hash, data_path=str(out_data),
-            model_path=str(out_model), step_key=step_key, code_fingerprint=ctx.recipe["code"],
-            libraries=ctx.recipe["libraries"], chain_run_id=chain_run, step_run_id=step_run,
-            importance_run_id=masked.run_id, study_run_id=self.study_run, git_commit=self.tracker.commit)
+            spec.dataset, spec.model, spec.measure, spec.recursive, self.study.strategy, spec.seed, k, **point.result,
+            leakage=leak, target=ctx.tags["roar.target"], explained=masked.explained, data_hash=data_hash,
+            model_hash=model_hash, input_data_hash=source.data_hash, input_model_hash=source.model_hash,
+            data_path=str(out_data), model_path=str(out_model), step_key=step_key, code_fingerprint=ctx.recipe["code"],
+            libraries=ctx.recipe["libraries"],
+            run=RunFacts(self.study_run, chain_run, step_run, point.run_id, masked.run_id, self.tracker.commit,
+                         point.seconds, masked.seconds))
         ctx.store.write(record)
         at_step(None)
         return record, masked.splits
@@ -289,42 +289,42 @@ class ChainRunner(Runner):
         kept only when made from the same data and model hashes (a record of older code, or whose previous
         step was retrained, is completed); the record is rewritten when anything was added. Logs the values
         on the step and chain runs."""
-        scores, changed = self._curve_scores(ctx, {"k0-model": ctx.base, "previous-model": previous},
+        scores, seconds = self._curve_scores(ctx, {"k0-model": ctx.base, "previous-model": previous},
                                              record.no_retrain, this.data_hash, this.test_split)
-        record = replace(record, no_retrain=scores)
-        points = {record.k: scores}
+        record = replace(record, no_retrain=scores).with_run(scoring_seconds={**record.run.scoring_seconds, **seconds})
+        points, changed = {record.k: scores}, bool(seconds)
         end_k = self.study.end_k
         if record.k == self.study.steps[-1] and end_k is not None:
             base = ctx.base
-            end, end_changed = self._curve_scores(
+            end, end_seconds = self._curve_scores(
                 ctx, {"k0-model": base, "previous-model": this}, record.end_scores(end_k), base.data_hash,
                 lambda: mask_all(base.test_split(), ctx.meta.mask_id, ctx.meta.unmaskable_ids))
-            record = replace(record, no_retrain_end_k=end_k, no_retrain_end=end)
+            record = replace(record, no_retrain_end_k=end_k, no_retrain_end=end).with_run(
+                end_scoring_seconds={**record.run.end_scoring_seconds, **end_seconds})
             points[end_k] = end
-            changed = changed or end_changed
+            changed = changed or bool(end_seconds)
         if changed:
             ctx.store.write(record)
         metric = ctx.meta.metric
         self.tracker.log_metrics(step_run, {**{f"{_prefix(c)}_{metric}": s.value for c, s in scores.items()},
-                                            **{f"{_prefix(c)}_seconds": s.seconds for c, s in scores.items()}})
+                                            **{f"{_prefix(c)}_seconds": s for c, s in seconds.items()}})
         for k, values in points.items():
             self.tracker.log_metrics(chain_run, {f"{_prefix(c)}_{metric}": s.value for c, s in values.items()}, k)
         return record
 
     def _curve_scores(self, ctx: _ChainContext, models: dict[str, StepInput], scores: dict[str, CurveScore] | None,
-                      data_hash: str, split: Callable[[], Split]) -> tuple[dict[str, CurveScore], bool]:
+                      data_hash: str, split: Callable[[], Split]) -> tuple[dict[str, CurveScore], dict[str, float]]:
         """``scores`` with each curve of ``models`` scored on ``split()`` (made from the data ``data_hash``)
-        unless its score was made from that data and model already; and whether any was scored."""
-        scores, test, changed = dict(scores or {}), None, False
+        unless its score was made from that data and model already; and the seconds of the curves scored."""
+        scores, test, seconds = dict(scores or {}), None, {}
         for curve, source in models.items():
             if curve not in scores or not scores[curve].made_from(data_hash, source.model_hash):
                 test = split() if test is None else test
-                scores[curve] = self._score(ctx, source, test, data_hash)
-                changed = True
-        return scores, changed
+                scores[curve], seconds[curve] = self._score(ctx, source, test, data_hash)
+        return scores, seconds
 
-    def _score(self, ctx: _ChainContext, model: StepInput, split: Split, data_hash: str) -> CurveScore:
-        """The test metric of the model in ``model`` on ``split`` (made from the data ``data_hash``), with the
+    def _score(self, ctx: _ChainContext, model: StepInput, split: Split, data_hash: str) -> tuple[CurveScore, float]:
+        """The test metric of the model in ``model`` on ``split`` (made from the data ``data_hash``), and the
         seconds it took (model load included, as a standalone scoring would pay it)."""
         from roar.models.training import load_model, score_split
 
@@ -334,11 +334,11 @@ class ChainRunner(Runner):
         while len(ctx.scorers) > 2:
             ctx.scorers.pop(next(iter(ctx.scorers)))
         value = score_split(loaded, split, ctx.meta.metric)
-        return CurveScore(value, time.perf_counter() - start, data_hash, model.model_hash)
+        return CurveScore(value, data_hash, model.model_hash), time.perf_counter() - start
 
     def _log_reused_step(self, chain_run: str, ctx: _ChainContext, record: StepRecord) -> str:
         """A step run for a reused step: marked, linked to the run that computed it, same metrics."""
-        tags = {**ctx.tags, "roar.k": record.k, "roar.reused": "true", "roar.reused_from": record.step_run_id,
+        tags = {**ctx.tags, "roar.k": record.k, "roar.reused": "true", "roar.reused_from": record.run.step_run_id,
                 "roar.data_hash": record.data_hash, "roar.model_hash": record.model_hash,
                 "roar.input_data_hash": record.input_data_hash, "roar.input_model_hash": record.input_model_hash}
         with self.tracker.run("step", f"k={record.k} (reused)", chain_run, tags, {"k": record.k}) as step_run:

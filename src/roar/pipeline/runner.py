@@ -9,7 +9,6 @@ masked). The chains build on it in :mod:`roar.pipeline.chain`.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from roar.data.storage import DatasetMeta, Split, read_dataset, read_vocab
@@ -19,7 +18,7 @@ from roar.models.device import resolve_device
 from roar.config.params import Study, section, study_from_params
 from roar.config.layout import Layout
 from roar.tracking.protocol import RunTracker, log_curve
-from roar.pipeline.step_record import StepRecord, TrainedPoint
+from roar.pipeline.step_record import RunFacts, StepRecord, TrainedPoint
 
 
 def chain_tags(dataset: str, model: str, measure: str, seed: int, strategy: str,
@@ -91,9 +90,10 @@ class Runner:
                 leak = leakage(splits, meta, read_vocab(data_dir), seed)
                 self.tracker.log_metrics(step_run, {point.metric: point.value, **leak})
             log_curve(self.tracker, chain_run, [(k, point.metric, point.value)])
-        record = StepRecord(dataset, model, "shared", None, self.study.strategy, seed, k, **asdict(point),
+        record = StepRecord(dataset, model, "shared", None, self.study.strategy, seed, k, **point.result,
                             leakage=leak, data_hash=data_hash, model_hash=model_hash, data_path=str(data_dir),
-                            model_path=str(out), chain_run_id=chain_run, step_run_id=step_run,
-                            study_run_id=self.study_run, git_commit=self.tracker.commit)
+                            model_path=str(out),
+                            run=RunFacts(self.study_run, chain_run, step_run, point.run_id,
+                                         git_commit=self.tracker.commit, train_seconds=point.seconds))
         record.write(self.layout.shared_result(dataset, model, which, seed))
         return record

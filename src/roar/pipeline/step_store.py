@@ -1,7 +1,7 @@
 """A chain's finished steps on disk, and when one may be reused.
 
-A chain writes each step's masked data under ``data/…/k<k>``, its model under ``models/…/k<k>`` and
-its record as ``results/…/k<k>.json``. A step is reused only when its record's step key (inputs,
+A chain writes each step's masked data under ``data/…/k<k>``, its model under ``models/…/k<k>``,
+its record as ``results/…/k<k>.json`` and its run's facts as ``runs/…/k<k>.json``. A step is reused only when its record's step key (inputs,
 params, code, libraries) matches and the data and model folders still hold what the record hashed.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roar.core.fileio import content_hash
-from roar.config.layout import step_dir
+from roar.config.layout import run_facts_path, step_dir
 from roar.pipeline.step_record import StepRecord
 
 
@@ -24,6 +24,11 @@ class StepStore:
     data: Path
     models: Path
     results: Path
+
+    @property
+    def runs(self) -> Path:
+        """The run facts of the chain's records (not a DVC output)."""
+        return run_facts_path(self.results)
 
     def record_path(self, k: int) -> Path:
         return self.results / f"k{k}.json"
@@ -63,14 +68,15 @@ class StepStore:
     def remove_stale(self, steps: list[int]) -> None:
         """Drop step outputs of ks no longer in the study (outputs persist between DVC runs)."""
         keep = {f"k{k}" for k in steps} | {f"k{k}.json" for k in steps}
-        for folder in (self.data, self.models, self.results):
+        for folder in (self.data, self.models, self.results, self.runs):
             if folder.is_dir():
                 for child in folder.iterdir():
                     if child.name not in keep:
                         shutil.rmtree(child) if child.is_dir() else child.unlink()
 
     def mark_unsupported(self, reason: str) -> None:
-        """Leave only a note in every folder: the chain's measure is undefined for its model."""
+        """Leave only a note in every output folder: the chain's measure is undefined for its model."""
+        shutil.rmtree(self.runs, ignore_errors=True)
         for folder in (self.data, self.models, self.results):
             if folder.is_dir():
                 shutil.rmtree(folder)

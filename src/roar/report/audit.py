@@ -136,7 +136,7 @@ def audit_point(root: Path, params: dict, dataset: str, model: str, measure: str
                       model_files=_locked_files(root, cache, lock, stage, model_dir),
                       data_sha256=record.data_hash or "", model_sha256=record.model_hash or "",
                       params=lock["stages"][stage].get("params", {}).get("params.yaml", {}),
-                      runs=record.run_ids(), git_commit=record.git_commit or "", metric=record.metric,
+                      runs=record.run.run_ids(), git_commit=record.run.git_commit or "", metric=record.metric,
                       value=record.value)
         _verify(root, ev.data_files)
         _verify(root, ev.model_files)

@@ -127,12 +127,13 @@ def compute_by_curve(records: list[StepRecord], study: Study) -> pd.DataFrame:
         key = tuple(getattr(r, c) for c in CHAIN_KEYS)
         entry = sums.setdefault(key, {"train": 0.0, "importance": 0.0, **{c: 0.0 for c in NO_RETRAIN_CURVES},
                                       "scored": set()})
-        entry["train"] += float(r.train_seconds or 0.0)
-        entry["importance"] += float(r.importance_seconds or 0.0)
-        for scores in (r.no_retrain or {}, r.no_retrain_end or {}):
+        entry["train"] += float(r.run.train_seconds or 0.0)
+        entry["importance"] += float(r.run.importance_seconds or 0.0)
+        for scores, seconds in ((r.no_retrain or {}, r.run.scoring_seconds),
+                                (r.no_retrain_end or {}, r.run.end_scoring_seconds)):
             for curve in NO_RETRAIN_CURVES:
                 if curve in scores:
-                    entry[curve] += scores[curve].seconds
+                    entry[curve] += seconds.get(curve, 0.0)
                     entry["scored"].add(curve)
     rows = []
     for key, entry in sorted(sums.items()):

@@ -190,12 +190,12 @@ COMPUTE_COLUMNS = ["dataset", "model", "measure", "recursive", "steps", "train_s
 def compute_by_chain(records: list[StepRecord], study: Study) -> pd.DataFrame:
     """Where the compute went: per chain (and the shared k = 0 / all-masked models) the seconds spent
     training and computing importance, summed over the study's seeds and steps, as the step records
-    measured them (a reused step counts the time of the run that made it)."""
+    measured them (their run facts; a reused step counts the time of the run that made it)."""
     rows: dict[tuple, dict] = {}
     wanted = set(study.chain_modes) | {("shared", None)}
     for r in records:
         if (r.dataset not in study.datasets or r.model not in study.models or r.seed not in study.seeds
-                or (r.measure, r.recursive) not in wanted or r.train_seconds is None):
+                or (r.measure, r.recursive) not in wanted or r.run.train_seconds is None):
             continue
         if not r.is_shared and r.k not in study.steps:
             continue
@@ -203,8 +203,8 @@ def compute_by_chain(records: list[StepRecord], study: Study) -> pd.DataFrame:
         row = rows.setdefault(key, dict(zip(COMPUTE_COLUMNS[:4], key)) | {"steps": 0, "train_seconds": 0.0,
                                                                           "importance_seconds": 0.0})
         row["steps"] += 1
-        row["train_seconds"] += float(r.train_seconds)
-        row["importance_seconds"] += float(r.importance_seconds or 0.0)
+        row["train_seconds"] += float(r.run.train_seconds)
+        row["importance_seconds"] += float(r.run.importance_seconds or 0.0)
     frame = pd.DataFrame(list(rows.values()), columns=COMPUTE_COLUMNS[:-1])
     frame["total_seconds"] = frame["train_seconds"] + frame["importance_seconds"]
     frame["recursive"] = frame["recursive"].astype(object)

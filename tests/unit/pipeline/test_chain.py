@@ -60,8 +60,8 @@ def monkeypatch_module():
 
 
 def _step(project: Path, kind: str, mode: str, k: int) -> Path:
-    if kind == "results":
-        return project / f"results/babi-1/bilstm-attention/gradient/{mode}/s0/k{k}.json"
+    if kind in ("results", "runs"):
+        return project / f"{kind}/babi-1/bilstm-attention/gradient/{mode}/s0/k{k}.json"
     prefix = "data/masked" if kind == "data" else "models"
     return project / f"{prefix}/babi-1/bilstm-attention/gradient/{mode}/s0/k{k}"
 
@@ -123,7 +123,8 @@ def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> Non
     spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, True)
     records = {r.k: r for r in runner.run_chain(spec)}
     original = {k: json.loads(_step(project, "results", "recursive", k).read_text()) for k in STEPS}
-    assert all(records[k].step_run_id == original[k]["step_run_id"] for k in STEPS)  # all reused
+    runs = {k: json.loads(_step(project, "runs", "recursive", k).read_text()) for k in STEPS}
+    assert all(records[k].run.step_run_id == runs[k]["step_run_id"] for k in STEPS)  # all reused
     # Replace step 40's data by other data (as a run under other params would leave it): the
     # record no longer matches the files, so step 40 is recomputed; its inputs are unchanged, so
     # the recomputed data are the original's and step 70 (same step key) is reused.
@@ -131,10 +132,10 @@ def test_reuse_checks_the_files_on_disk_against_the_record(project: Path) -> Non
     shutil.rmtree(data40)
     shutil.copytree(project / "data/prepared/babi-1/bilstm-attention", data40)
     again = {r.k: r for r in runner.run_chain(spec)}
-    assert again[40].step_run_id != original[40]["step_run_id"]
+    assert again[40].run.step_run_id != runs[40]["step_run_id"]
     assert again[40].data_hash == original[40]["data_hash"] == content_hash(data40)
     assert again[40].model_hash == original[40]["model_hash"]
-    assert again[70].step_run_id == original[70]["step_run_id"]
+    assert again[70].run.step_run_id == runs[70]["step_run_id"]
 
 
 def test_a_step_record_from_other_params_is_not_reused(project: Path) -> None:
@@ -142,9 +143,10 @@ def test_a_step_record_from_other_params_is_not_reused(project: Path) -> None:
     params["importance"]["batch_size"] = 64  # a params change (same numbers, other step key)
     runner = stage_runner(ChainRunner, params, Path("."), progress=False)
     original = json.loads(_step(project, "results", "roar", 40).read_text())
+    original_run = json.loads(_step(project, "runs", "roar", 40).read_text())
     records = runner.run_chain(ChainSpec("babi-1", "bilstm-attention", "gradient", 0, False))
     assert records[0].step_key != original["step_key"]
-    assert records[0].step_run_id != original["step_run_id"]
+    assert records[0].run.step_run_id != original_run["step_run_id"]
     assert records[0].data_hash == original["data_hash"]  # recomputed, same inputs -> same data
 
 
@@ -254,7 +256,9 @@ def test_no_retrain_curves_score_each_steps_masked_test_data_with_the_k0_and_the
             assert scores["previous-model"]["value"] == pytest.approx(_accuracy(previous, test), abs=1e-6)
             assert scores["k0-model"]["model_hash"] == content_hash(k0)
             assert scores["previous-model"]["model_hash"] == content_hash(previous)
-            assert all(e["data_hash"] == record["data_hash"] and e["seconds"] > 0 for e in scores.values())
+            assert all(e["data_hash"] == record["data_hash"] for e in scores.values())
+            seconds = json.loads(_step(project, "runs", mode, k).read_text())["scoring_seconds"]
+            assert seconds.keys() == scores.keys() and all(s > 0 for s in seconds.values())
             previous = _step(project, "models", mode, k)
         end = record["no_retrain_end"]  # the last step's record carries the all-masked point
         assert end["k"] == 100
@@ -276,6 +280,7 @@ def test_a_record_without_no_retrain_curves_is_completed_not_reused_as_is(projec
     runner.run_chain(spec)  # the fixture's records (another test may have left other params' records)
     paths = {k: _step(project, "results", "roar", k) for k in STEPS}
     original = {k: json.loads(p.read_text()) for k, p in paths.items()}
+    step_runs = {k: json.loads(_step(project, "runs", "roar", k).read_text())["step_run_id"] for k in STEPS}
     old = dict(original[STEPS[-1]])
     del old["no_retrain"], old["no_retrain_end"]
     paths[STEPS[-1]].write_text(json.dumps(old))
@@ -284,7 +289,7 @@ def test_a_record_without_no_retrain_curves_is_completed_not_reused_as_is(projec
     paths[STEPS[0]].write_text(json.dumps(stale))
     records = {r.k: r for r in runner.run_chain(spec)}
     for k in STEPS:
-        assert records[k].step_run_id == original[k]["step_run_id"]  # the step is reused
+        assert records[k].run.step_run_id == step_runs[k]  # the step is reused
         on_disk = json.loads(paths[k].read_text())
         for curve in ("k0-model", "previous-model"):
             assert on_disk["no_retrain"][curve]["value"] == pytest.approx(original[k]["no_retrain"][curve]["value"])

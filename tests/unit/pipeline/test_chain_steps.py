@@ -86,15 +86,16 @@ def test_the_tracker_gets_the_run_tree_of_a_chain(chain) -> None:
     runs = tracker.runs
     assert collections.Counter(r.kind for r in runs.values()) == {"chain": 2, "step": 3, "train": 3, "importance": 2}
     assert all(r.status == "FINISHED" for r in runs.values())
-    chain_run = runs[records[0].chain_run_id]
+    chain_run = runs[records[0].run.chain_run_id]
     assert chain_run.kind == "chain" and chain_run.name == "babi-1/bilstm-attention/gradient/recursive/s0"
     assert chain_run.tags["roar.recursive"] == "true" and chain_run.tags["roar.target"] == "gold"
     for record in records:
-        step = runs[record.step_run_id]
-        assert step.parent == record.chain_run_id and step.tags["roar.k"] == record.k
-        assert runs[record.train_run_id].parent == record.step_run_id
-        assert runs[record.train_run_id].tags["roar.model_hash"] == record.model_hash
-        assert runs[record.importance_run_id].parent == record.step_run_id
+        run = record.run
+        step = runs[run.step_run_id]
+        assert step.parent == run.chain_run_id and step.tags["roar.k"] == record.k
+        assert runs[run.train_run_id].parent == run.step_run_id
+        assert runs[run.train_run_id].tags["roar.model_hash"] == record.model_hash
+        assert runs[run.importance_run_id].parent == run.step_run_id
         assert step.metrics["accuracy"] == [(0, pytest.approx(record.value))]
     # the chain run holds each curve at its k
     assert chain_run.metrics["k0_model_accuracy"] == [
@@ -110,5 +111,5 @@ def test_a_second_call_reuses_every_step_without_retraining(chain) -> None:
     assert again == records  # the same records, no-retrain scores included
     runs = tracker.runs.values()
     assert collections.Counter(r.kind for r in runs) == {"chain": 1, "step": 2}  # no train, no importance run
-    assert {r.tags["roar.reused_from"] for r in runs if r.kind == "step"} == {r.step_run_id for r in records}
+    assert {r.tags["roar.reused_from"] for r in runs if r.kind == "step"} == {r.run.step_run_id for r in records}
     assert {p: p.stat().st_mtime_ns for p in (root / "models").rglob("*") if p.is_file()} == model_files

@@ -8,46 +8,80 @@ from pathlib import Path
 
 import pytest
 
+from roar.config.layout import run_facts_path
 from roar.core.fileio import content_hash
 from roar.pipeline.step_record import CurveScore, StepRecord, read_records
 from roar.pipeline.step_store import StepStore
 
-SCORE = {"value": 0.5, "seconds": 0.25, "data_hash": "d1", "model_hash": "m0"}
+SCORE = {"value": 0.5, "data_hash": "d1", "model_hash": "m0"}
 STEP = {"dataset": "babi-1", "model": "bilstm-attention", "measure": "gradient", "recursive": True,
         "strategy": "quantile", "seed": 0, "k": 90, "target": "predicted", "metric": "accuracy", "value": 0.61,
-        "val_metric": 0.6, "best_epoch": 3, "train_seconds": 12.5, "train_run_id": "t", "importance_seconds": 1.5,
-        "leakage": {"mask_probe": 0.3, "majority": 0.2}, "predicted_is_gold_train": 0.9, "predicted_is_gold_test": 0.8,
+        "val_metric": 0.6, "best_epoch": 3, "leakage": {"mask_probe": 0.3, "majority": 0.2},
+        "predicted_is_gold_train": 0.9, "predicted_is_gold_test": 0.8,
         "data_hash": "d1", "model_hash": "m1", "input_data_hash": "d0", "input_model_hash": "m0",
         "data_path": "data/masked/x/k90", "model_path": "models/x/k90", "step_key": "abc", "code_fingerprint": "c",
-        "libraries": {"torch": "2"}, "chain_run_id": "c1", "step_run_id": "s1", "importance_run_id": "i1",
-        "study_run_id": "st", "git_commit": "g", "no_retrain": {"k0-model": SCORE, "previous-model": SCORE},
+        "libraries": {"torch": "2"}, "no_retrain": {"k0-model": SCORE, "previous-model": SCORE},
         "no_retrain_end": {"k": 100, "k0-model": SCORE, "previous-model": SCORE}}
+STEP_RUN = {"study_run_id": "st", "chain_run_id": "c1", "step_run_id": "s1", "train_run_id": "t",
+            "importance_run_id": "i1", "git_commit": "g", "train_seconds": 12.5, "importance_seconds": 1.5,
+            "scoring_seconds": {"k0-model": 0.25, "previous-model": 0.5}, "end_scoring_seconds": {"k0-model": 0.75}}
 SHARED = {"dataset": "babi-1", "model": "bilstm-attention", "measure": "shared", "recursive": None,
           "strategy": "quantile", "seed": 0, "k": 0, "metric": "accuracy", "value": 0.9, "val_metric": 0.88,
-          "best_epoch": 5, "train_seconds": 20.0, "train_run_id": "t0", "leakage": {"mask_probe": 0.2},
-          "data_hash": "d0", "model_hash": "m0", "data_path": "data/prepared/x", "model_path": "models/x/k0/s0",
-          "chain_run_id": "c0", "step_run_id": "s0", "study_run_id": "st", "git_commit": "g"}
+          "best_epoch": 5, "leakage": {"mask_probe": 0.2}, "data_hash": "d0", "model_hash": "m0",
+          "data_path": "data/prepared/x", "model_path": "models/x/k0/s0"}
+SHARED_RUN = {"study_run_id": "st", "chain_run_id": "c0", "step_run_id": "s0", "train_run_id": "t0",
+              "git_commit": "g", "train_seconds": 20.0}
 
 
-@pytest.mark.parametrize("obj", [STEP, SHARED, {**STEP, "from_newer_code": [1]}], ids=["step", "shared", "extra"])
-def test_a_record_writes_back_the_keys_and_values_it_was_read_from(obj: dict, tmp_path: Path) -> None:
-    record = StepRecord.from_json(json.loads(json.dumps(obj)))
-    assert record.to_json() == obj
-    record.write(tmp_path / "k.json")
-    assert json.loads((tmp_path / "k.json").read_text()) == obj
-    assert StepRecord.read(tmp_path / "k.json") == record
+@pytest.mark.parametrize(("obj", "run"), [(STEP, STEP_RUN), (SHARED, SHARED_RUN), ({**STEP, "from_newer_code": [1]}, {})],
+                         ids=["step", "shared", "extra"])
+def test_a_record_writes_back_the_keys_and_values_it_was_read_from(obj: dict, run: dict, tmp_path: Path) -> None:
+    record = StepRecord.from_json(json.loads(json.dumps(obj)), run)
+    assert record.to_json() == obj and record.run.to_json() == run
+    path = tmp_path / "study" / "results" / "babi-1" / "k.json"
+    record.write(path)
+    assert json.loads(path.read_text()) == obj
+    assert json.loads((tmp_path / "study" / "runs" / "babi-1" / "k.json").read_text()) == run
+    assert StepRecord.read(path) == record
+
+
+def test_the_record_holds_what_the_inputs_determine_and_the_run_facts_what_the_run_was(tmp_path: Path) -> None:
+    """Two runs of the same step (other run ids, commit and seconds) write byte-identical records."""
+    first, second = tmp_path / "a" / "results" / "k90.json", tmp_path / "b" / "results" / "k90.json"
+    StepRecord.from_json(STEP, STEP_RUN).write(first)
+    StepRecord.from_json(STEP, {**STEP_RUN, "chain_run_id": "other", "git_commit": "h", "train_seconds": 99.0,
+                                "scoring_seconds": {"k0-model": 3.0}}).write(second)
+    assert first.read_bytes() == second.read_bytes()
+    assert (tmp_path / "a" / "runs" / "k90.json").read_bytes() != (tmp_path / "b" / "runs" / "k90.json").read_bytes()
+
+
+def test_a_record_of_older_code_with_its_run_inside_reads_into_record_and_run_facts() -> None:
+    legacy = {**STEP, **{k: v for k, v in STEP_RUN.items() if not k.endswith("scoring_seconds")},
+              "no_retrain": {"k0-model": {**SCORE, "seconds": 0.25}, "previous-model": {**SCORE, "seconds": 0.5}},
+              "no_retrain_end": {"k": 100, "k0-model": {**SCORE, "seconds": 0.75}, "previous-model": SCORE}}
+    record = StepRecord.from_json(legacy)
+    assert record.to_json() == STEP and record.run.to_json() == STEP_RUN and record.extra == {}
 
 
 def test_fields_of_a_chain_step_record() -> None:
-    record = StepRecord.from_json(STEP)
+    record = StepRecord.from_json(STEP, STEP_RUN)
     assert record.explained == {"train": 0.9, "test": 0.8}
-    assert record.no_retrain["k0-model"] == CurveScore(0.5, 0.25, "d1", "m0")
+    assert record.no_retrain["k0-model"] == CurveScore(0.5, "d1", "m0")
     k0_score = record.no_retrain["k0-model"]
     assert k0_score.made_from("d1", "m0") and not k0_score.made_from("d1", "m1")
     assert record.end_scores(100).keys() == {"k0-model", "previous-model"} and record.end_scores(50) == {}
-    assert record.run_ids() == {"chain_run_id": "c1", "importance_run_id": "i1", "step_run_id": "s1",
-                                "study_run_id": "st", "train_run_id": "t"}
+    assert record.run.run_ids() == {"chain_run_id": "c1", "importance_run_id": "i1", "step_run_id": "s1",
+                                    "study_run_id": "st", "train_run_id": "t"}
+    assert record.with_run(train_seconds=1.0).run.train_seconds == 1.0 and record.run.train_seconds == 12.5
     assert StepRecord.from_json(SHARED).is_shared and not record.is_shared
+
+
+def test_run_facts_live_under_runs_beside_results() -> None:
+    assert run_facts_path(Path("studies/x/results/b/m/g/recursive/s0/k10.json")) == Path(
+        "studies/x/runs/b/m/g/recursive/s0/k10.json")
+    assert run_facts_path(Path("/w/results/q/results/k0/s0.json")) == Path("/w/results/q/runs/k0/s0.json")
+    with pytest.raises(ValueError, match="not under a results folder"):
+        run_facts_path(Path("elsewhere/k10.json"))
 
 
 def test_a_file_that_is_no_record_is_named(tmp_path: Path) -> None:
@@ -85,4 +119,4 @@ def test_the_store_drops_steps_no_longer_studied(tmp_path: Path) -> None:
         store.write(StepRecord.from_json({**STEP, "k": k}))
     store.remove_stale([20])
     assert [p.name for p in store.data.iterdir()] == ["k20"] and [p.name for p in store.models.iterdir()] == ["k20"]
-    assert [p.name for p in store.results.iterdir()] == ["k20.json"]
+    assert [p.name for p in store.results.iterdir()] == ["k20.json"] == [p.name for p in store.runs.iterdir()]

@@ -212,7 +212,7 @@ def test_one_seed_and_many_seeds(tmp_path):
 def test_compute_by_chain_sums_seconds_per_chain_over_the_studys_seeds_and_steps() -> None:
     from roar.config.params import study_from_params
     from roar.report.tables import compute_by_chain, compute_markdown
-    from roar.pipeline.step_record import StepRecord
+    from roar.pipeline.step_record import RunFacts, StepRecord
 
     study = study_from_params({"study": {"name": "t", "datasets": ["babi-1"], "models": ["bilstm-attention"],
                                          "measures": ["random", "gradient"], "roar_measures": [], "seeds": [0, 1],
@@ -220,7 +220,7 @@ def test_compute_by_chain_sums_seconds_per_chain_over_the_studys_seeds_and_steps
 
     def rec(measure, seed, k, train, importance=None):
         return StepRecord("babi-1", "bilstm-attention", measure, None if measure == "shared" else True, "quantile",
-                          seed, k, "accuracy", 0.5, train_seconds=train, importance_seconds=importance)
+                          seed, k, "accuracy", 0.5, run=RunFacts(train_seconds=train, importance_seconds=importance))
 
     records = [rec("shared", 0, 0, 100.0), rec("shared", 1, 0, 80.0), rec("shared", 0, 100, 20.0),
                rec("gradient", 0, 10, 30.0, 5.0), rec("gradient", 1, 20, 40.0, 7.0),
