@@ -81,6 +81,7 @@ def test_mlflow_ui_click_path_from_the_home_page_to_the_runs(ran, tmp_path) -> N
     experiment's kind tag says (its GenAI / Model training switch decides, GenAI until set), so the experiments
     list shows roar's description naming the switch; home page -> the switch -> click the experiment -> runs."""
     from selenium import webdriver
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.chrome.service import Service
     from tests.pipeline.test_mlflow_ui import CHROMEDRIVER, CHROMIUM, _require_browser, show
 
@@ -104,8 +105,14 @@ def test_mlflow_ui_click_path_from_the_home_page_to_the_runs(ran, tmp_path) -> N
             from mlflow.tracking import MlflowClient
 
             experiment_id = MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_experiment_by_name("tiny").experiment_id
-            next(a for a in driver.find_elements("css selector", "a")
-                 if (a.get_attribute("href") or "").endswith(f"/experiments/{experiment_id}")).click()
+            from selenium.webdriver.support.ui import WebDriverWait
+
+            def experiment_link(_):  # the home page re-renders after the switch: wait for the link to be there
+                return next((a for a in driver.find_elements("css selector", "a")
+                             if (a.get_attribute("href") or "").endswith(f"/experiments/{experiment_id}")), False)
+
+            WebDriverWait(driver, 60, poll_frequency=0.5, ignored_exceptions=(StaleElementReferenceException,)) \
+                .until(experiment_link).click()
             text = show(driver, None, "Run Name", "tiny:pipeline")
             assert "Traces\n0" not in text and "/runs" in driver.current_url
         finally:

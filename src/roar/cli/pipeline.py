@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from roar.cli.common import PARAMS, STUDY, fail, load_checked_params, command
+from roar.core.errors import RoarError
 
 
 @command()
@@ -60,15 +61,24 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
              wait: bool = typer.Option(False, "--wait/--no-wait", help="slurm: wait for the jobs and print "
                                        "their states."),
              poll: float = typer.Option(10.0, min=0.1, help="slurm --wait: seconds between state checks."),
+             time_budget: str = typer.Option(None, "--time-budget", help="local: start no stage that would not "
+                                             "finish within this time (e.g. 2h30m, 90m); then stop cleanly, write "
+                                             "the partial report, say what is left and exit 75. Run again to "
+                                             "resume."),
              study: str = STUDY) -> None:
     """Run the whole study (dvc repro, chains in parallel, or Slurm jobs), then push to the DVC remote."""
     import subprocess
     import time
 
+    from roar.launch.budget import parse_duration
     from roar.launch.studies import resolve_study
 
+    budget_seconds = None if time_budget is None else parse_duration(time_budget)
+    if budget_seconds is not None and executor is Executor.slurm:
+        raise RoarError("--time-budget applies to the local executor; Slurm jobs keep their own time limit "
+                        "(runtime.slurm), and a resubmission resumes the stages that did not finish")
     root = resolve_study(study)
-    load_checked_params(root / "params.yaml")
+    loaded = load_checked_params(root / "params.yaml")
 
     from roar.config.layout import project_root
     from roar.pipeline.provenance import refresh_provenance
@@ -77,7 +87,7 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
         typer.echo(f"[roar] the code of {key} changed: its stages run again (`roar provenance verify` proves "
                    "them unchanged by recomputing a sample instead)")
 
-    from roar.launch.local import push_study, run_pipeline, submit_pipeline
+    from roar.launch.local import StoppedEarly, push_study, run_pipeline, submit_pipeline
 
     start = time.perf_counter()
     if executor is Executor.slurm:
@@ -90,8 +100,15 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
             if any(job.state != "COMPLETED" for job in submission.jobs):
                 raise typer.Exit(1)
         return
+    budget = None
+    if budget_seconds is not None:
+        from roar.launch.budget import plan_budget
+
+        budget = plan_budget(root, loaded, budget_seconds, jobs, log=typer.echo)
     try:
-        run_pipeline(root, jobs=jobs, log=typer.echo)
+        run_pipeline(root, jobs=jobs, log=typer.echo, gate=budget)
+    except StoppedEarly:
+        _stopped_by_budget(root, budget, jobs, time.perf_counter() - start)
     except RuntimeError as error:  # a stage failed: its output follows the first line
         fail(error, multiline=True)
     except subprocess.CalledProcessError as error:
@@ -105,6 +122,23 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
             fail(RuntimeError(f"`dvc push` failed (exit {code}); check the DVC remote "
                                "(`dvc remote list`), or run with --no-push"))
         typer.echo("[roar] outputs pushed to the DVC remote")
+
+
+def _stopped_by_budget(root: Path, budget, jobs: int, seconds: float) -> None:
+    """Say what the time budget left and how long it is expected to take, then exit 75 (run again to resume)."""
+    from roar.launch.budget import EXIT_MORE_TO_DO
+    from roar.launch.local import stage_names
+
+    left, expected = budget.left(stage_names(root), jobs)
+    if (root / "reports").is_dir() and any((root / "results").rglob("k*.json")):
+        _rewrite_run_facts(root)
+    hours = "unknown (no rate)" if expected is None else f"about {expected / 3600:.1f} h on {jobs} worker(s)"
+    typer.echo(f"[roar] time budget reached after {seconds / 60:.0f} min: {len(left)} stage(s) left, {hours} "
+               f"at this machine's pace (x{budget.pace:.2f} of the plan):")
+    for stage in left:
+        typer.echo(f"[roar]   {stage}")
+    typer.echo("[roar] finished stages and steps are kept; run the same command again to resume")
+    raise typer.Exit(EXIT_MORE_TO_DO)
 
 
 def _rewrite_run_facts(root: Path) -> None:

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 from threading import Lock
+from typing import Protocol
 
 from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
@@ -31,6 +32,23 @@ from roar.core.tools import tool_env
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
 # The study run's tag naming the folder it ran in (``.`` or ``studies/<name>``; see roar.launch.studies).
 STUDY_FOLDER_TAG = "roar.study_folder"
+
+
+class StartGate(Protocol):
+    """Decides whether a stage may start (:class:`roar.launch.budget.TimeBudget`) and hears how long it took."""
+
+    def admits(self, stage: str) -> bool: ...
+
+    def finished(self, stage: str, seconds: float) -> None: ...
+
+
+class StoppedEarly(Exception):
+    """The pipeline stopped between stages, its gate refusing ``refused``; finished work is kept and the
+    partial report written."""
+
+    def __init__(self, refused: list[str]):
+        super().__init__(f"{len(refused)} stage(s) not started")
+        self.refused = refused
 
 
 def _cost_rank(stage: str) -> tuple[int, str]:
@@ -49,7 +67,11 @@ def stage_names(root: Path) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def _repro(root: Path, env: dict, stage: str, started=None) -> tuple[str, int, float, str]:
+def _repro(root: Path, env: dict, stage: str, started=None, gate: StartGate | None = None
+           ) -> tuple[str, int | None, float, str]:
+    """``dvc repro`` of one stage: (stage, exit status, seconds, output tail); status None when ``gate`` refused it."""
+    if gate is not None and not gate.admits(stage):
+        return stage, None, 0.0, ""
     if started is not None:
         started(stage)
     start = time.perf_counter()
@@ -143,11 +165,13 @@ def workspace_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print) -> dict[str, float]:
+def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGate | None = None) -> dict[str, float]:
     """Reproduce every stage; returns each stage's wall seconds. Raises on the first failure, and
-    at once when another pipeline runs in the same workspace."""
+    at once when another pipeline runs in the same workspace. With a ``gate`` (a time budget), a stage
+    starts only when it admits it; after a wave with a refused stage the pipeline writes the partial
+    report, ends the study run and raises :class:`StoppedEarly` (a rerun resumes)."""
     with workspace_lock(root):
-        return _run_pipeline(root, jobs, log)
+        return _run_pipeline(root, jobs, log, gate)
 
 
 def _open_study_run(root: Path):
@@ -177,7 +201,7 @@ def push_study(root: Path, env: dict | None = None) -> int:
     return subprocess.run(["dvc", "push", "-q", "dvc.yaml"], cwd=root, env=tool_env(env)).returncode
 
 
-def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
+def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None) -> dict[str, float]:
     env = tool_env()  # before the study run opens: refuses at once when dvc is nowhere
     _, tracker, study_run = _open_study_run(root)
     tracker.client.set_tag(study_run, "roar.executor", "local")
@@ -185,19 +209,31 @@ def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
     names = stage_names(root)
     waves = [sorted((n for n in names if stage_kind(n) in wave), key=_cost_rank) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)
+    refused: list[str] = []
     for wave, stages in zip(WAVES, waves):
         log(f"[roar] {len(stages)} stage(s): {', '.join(wave)} ({jobs} at a time)")
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_repro, root, env, stage, progress.started) for stage in stages]
+            futures = [pool.submit(_repro, root, env, stage, progress.started, gate) for stage in stages]
             for future in as_completed(futures):
                 stage, code, seconds, output = future.result()
+                if code is None:
+                    refused.append(stage)
+                    log(f"[roar]   {stage}: not started (it would not finish within the time budget)")
+                    continue
                 progress.finished(stage, seconds)
+                if gate is not None:
+                    gate.finished(stage, seconds)
                 log(f"[roar]   {progress.line(stage, code == 0, seconds)}")
                 if code != 0:
                     pool.shutdown(wait=True, cancel_futures=True)  # running stages end; queued ones never start
                     tracker.end(study_run, failed=True)
                     raise RuntimeError(f"stage {stage} failed:\n{output}")
+        if refused:  # the next waves build on this one: stop here
+            break
     log(progress.summary())
+    if refused:
+        _stop_early(root, env, tracker, study_run, log)
+        raise StoppedEarly(refused)
     timings = dict(progress.seconds)
     start = time.perf_counter()
     final = _final_repro(root, env)
@@ -206,6 +242,22 @@ def _run_pipeline(root: Path, jobs: int, log) -> dict[str, float]:
     if final != 0:
         raise RuntimeError(f"the final `dvc repro` failed (exit {final}); see its output above")
     return timings
+
+
+def _stop_early(root: Path, env: dict, tracker, study_run: str, log) -> None:
+    """The partial report (the RACU of the seeds done; excluded.csv and the README name the chains and seeds
+    still missing), then the study run ended FINISHED and tagged as stopped early."""
+    code = 0
+    if any((root / "results").rglob("k*.json")):
+        log("[roar] writing the partial report")
+        code = subprocess.run(["dvc", "--wait-for-lock", "repro", "--single-item", "report"], cwd=root, env=env,
+                              stdout=sys.stdout, stderr=sys.stderr).returncode
+    else:
+        log("[roar] no chain step has finished yet: no report")
+    tracker.set_tag(study_run, "roar.stopped_early", "time budget: stages left; run again to resume")
+    tracker.end(study_run, failed=code != 0)
+    if code != 0:
+        raise RuntimeError(f"the partial report failed (`dvc repro report`, exit {code}); see its output above")
 
 
 def _final_repro(root: Path, env: dict) -> int:

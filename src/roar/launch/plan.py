@@ -158,6 +158,8 @@ class Stage:
     imp_units: dict[str, float] = field(default_factory=dict)  # measure -> tokens x evaluations
     local_s: float | None = 0.0
     compute_s: float | None = 0.0  # local_s without the stage overhead
+    measure: str = ""  # chain stages
+    seed: int | None = None  # chain and reference stages
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,7 @@ def plan_stages(params: dict, sizes: dict, epochs: dict) -> list[Stage]:
             per_training = size.rows["train"] * size.tokens_per_row * n_epochs
             per_pass = size.total_rows * size.tokens_per_row
             for which in ("train_k0", "train_all_masked"):
-                stages += [Stage(which, f"{which}@{d}-{m}-{s}", d, m, 1, 0, per_training) for s in study.seeds]
+                stages += [Stage(which, f"{which}@{d}-{m}-{s}", d, m, 1, 0, per_training, seed=s) for s in study.seeds]
             for measure, recursive in study.chain_modes:
                 kind = mode_name(recursive)
                 passes = (steps if recursive else 1) if supported(measure, m) else 0
@@ -196,7 +198,8 @@ def plan_stages(params: dict, sizes: dict, epochs: dict) -> list[Stage]:
                 units = passes * per_pass * evals_per_row(measure, params)
                 for s in study.seeds:
                     stages.append(Stage(kind, f"{kind}@{d}-{m}-{measure}-{s}", d, m, trainings, passes,
-                                        trainings * per_training, {measure: units} if passes else {}))
+                                        trainings * per_training, {measure: units} if passes else {},
+                                        measure=measure, seed=s))
     stages.append(Stage("report", "report"))
     return stages
 

@@ -1,0 +1,135 @@
+"""A time budget for ``roar pipeline``: start no stage that cannot finish before it ends.
+
+Long studies (the paper's settings take hours of CPU per target) run in pieces: each call runs the
+stages that fit, stops cleanly between stages (no step half done, every MLflow run closed, the
+workspace lock released), writes a partial report (it names the chains and seeds still missing) and
+says what is left; the next call resumes, reusing every finished stage and step.
+
+A stage's expected seconds come from :mod:`roar.launch.plan` (measured or calibrated rates),
+scaled to the part of a chain not yet done (its step records on disk) and, once stages have run
+here, by how long they took against their plan (the machine's load today). The budget bounds when
+stages *start*; a stage that runs past its estimate is not stopped (keep a margin below a hard
+wall-time limit such as Slurm's ``--time``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roar.core.errors import RoarError
+from roar.launch.plan import STAGE_OVERHEAD_S, makespan
+
+# The exit status of a pipeline stopped by its budget with stages left: EX_TEMPFAIL ("try again later"),
+# so that a job script can tell "run me again" from success and from failure.
+EXIT_MORE_TO_DO = 75
+UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration such as ``2h30m``, ``90m``, ``1.5h`` or ``45s``; RoarError otherwise."""
+    compact = text.strip().lower().replace(" ", "")
+    parts = DURATION.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise RoarError(f"--time-budget {text!r} is not a duration; use hours, minutes and seconds such as "
+                        "2h30m, 90m or 45s")
+    seconds = sum(float(n) * UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise RoarError(f"--time-budget {text!r} must be longer than 0 s")
+    return seconds
+
+
+@dataclass
+class TimeBudget:
+    """The budget of one pipeline call, and the planned seconds of each stage still to do (stages absent
+    from ``planned`` are up to date and cost only their process; None where no rate is known)."""
+
+    seconds: float
+    planned: dict[str, float | None]
+    clock: Callable[[], float] = time.monotonic
+    started_at: float = field(default=0.0)
+    ran: dict[str, float] = field(default_factory=dict)  # stage -> seconds it took, stages with a plan
+    refused: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.started_at = self.clock()
+
+    @property
+    def pace(self) -> float:
+        """Seconds stages took here per planned second (1 until a planned stage has run), within [0.25, 4]."""
+        planned = sum(self.planned[s] for s in self.ran if self.planned.get(s))
+        return min(4.0, max(0.25, sum(self.ran.values()) / planned)) if planned else 1.0
+
+    def expected(self, stage: str) -> float | None:
+        """Seconds ``stage`` is expected to take here (0 when up to date: DVC only checks it); None when no
+        rate is known."""
+        if stage not in self.planned:
+            return 0.0
+        planned = self.planned[stage]
+        return None if planned is None else planned * self.pace
+
+    def admits(self, stage: str) -> bool:
+        """Whether ``stage`` may start: up to date, or expected to finish before the budget ends (a stage of
+        unknown cost starts while nothing has been refused). A refused stage is remembered for :meth:`left`."""
+        if stage not in self.planned:
+            return True
+        expected = self.expected(stage)
+        fits = (not self.refused) if expected is None else self.clock() - self.started_at + expected <= self.seconds
+        if not fits:
+            self.refused.append(stage)
+        return fits
+
+    def finished(self, stage: str, seconds: float) -> None:
+        if self.planned.get(stage):
+            self.ran[stage] = seconds
+
+    def left(self, stages: list[str], jobs: int) -> tuple[list[str], float | None]:
+        """The stages of ``stages`` not run (refused or never reached) that still have work, and their
+        expected wall time on ``jobs`` workers (None when a rate is missing)."""
+        todo = [s for s in stages if s in self.planned and s not in self.ran]
+        expected = [self.expected(s) for s in todo]
+        return todo, None if any(e is None for e in expected) else makespan(expected, jobs)
+
+
+def stale_stages(root: Path) -> set[str]:
+    """The stages of ``root``'s ``dvc.yaml`` that ``dvc status`` says must run (changed or missing)."""
+    import contextlib
+
+    from dvc.repo import Repo
+
+    with contextlib.chdir(root), Repo(".") as repo:
+        return {name.rsplit(":", 1)[-1] for name in repo.status(targets=["dvc.yaml"])}
+
+
+def _done_share(root: Path, stage) -> float:
+    """The share of a chain stage's steps whose records are on disk (reused when the chain runs again)."""
+    from roar.config.layout import Layout
+
+    if stage.kind not in ("recursive", "roar") or not stage.trainings:
+        return 0.0
+    folder = Layout(root).chain_results(stage.dataset, stage.model, stage.measure, stage.kind == "recursive",
+                                        stage.seed)
+    done = len(list(folder.glob("k*.json"))) if folder.is_dir() else 0
+    return min(1.0, done / stage.trainings)
+
+
+def plan_budget(root: Path, params: dict, seconds: float, jobs: int, log=print) -> TimeBudget:
+    """The budget of a pipeline call in ``root``: ``seconds``, the plan's seconds of every stale stage
+    (calibrated when no finished runs give a rate), less the part of each chain already done."""
+    from roar.launch.plan import build_plan
+
+    stale = stale_stages(root)
+    plan = build_plan(params, str(root), root, jobs=jobs)
+    if any(s.local_s is None for s in plan.stages if s.name in stale):
+        log("[roar] time budget: no measured rate for some stages; calibrating (`roar plan --calibrate`)")
+        plan = build_plan(params, str(root), root, jobs=jobs, calibrate=True)
+    planned = {}
+    for stage in plan.stages:
+        if stage.name in stale:
+            planned[stage.name] = None if stage.local_s is None else (
+                STAGE_OVERHEAD_S + stage.compute_s * (1.0 - _done_share(root, stage)))
+    return TimeBudget(seconds, planned)
