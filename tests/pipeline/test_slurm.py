@@ -142,3 +142,36 @@ def test_a_killed_stage_cancels_its_dependents_and_a_resubmission_resumes(cluste
     assert (root / "reports" / "racu.csv").is_file()
     study = [r for r in mlflow_runs(root, "tiny") if r.data.tags["roar.kind"] == "study"]
     assert len(study) == 1 and study[0].info.status == "FINISHED"
+
+
+def test_a_job_past_its_time_limit_is_stopped_and_a_resubmission_finishes_the_study(cluster, tmp_path: Path) -> None:
+    """A chain job that outlives its wall-time limit (``runtime.slurm.stages.recursive.time``): Slurm ends it
+    (TIMEOUT), its dependents are cancelled, the steps it finished are kept, and submitting again finishes
+    the study, as on a cluster whose jobs are cut at their time limit or preempted."""
+    params = slurm_params(measures=["random"], seeds=[0])
+    params["runtime"]["slurm"]["stages"]["recursive"] = {"time": "00:01:00"}
+    root = make_project(tmp_path / "timeout", params)
+    # step 70 of the chain never ends: the job runs into its one-minute limit
+    proc = submit(root, ROAR_FAILPOINT="stall:data-written@k70")
+    report("test_slurm: a chain job past its 1-minute time limit (ROAR_FAILPOINT=stall:data-written@k70):",
+           proc.stdout)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    states = {job["stage"]: job["state"] for job in submission(root)["jobs"]}
+    assert states == {"prepare@babi-1-bilstm-attention": "COMPLETED", "train_k0@babi-1-bilstm-attention-0": "COMPLETED",
+                      "train_all_masked@babi-1-bilstm-attention-0": "COMPLETED",
+                      "recursive@babi-1-bilstm-attention-random-0": "TIMEOUT",
+                      "report": "CANCELLED", "finish": "CANCELLED"}, proc.stdout
+    chain = root / "results/babi-1/bilstm-attention/random/recursive/s0"
+    finished = {p.name: p.read_text() for p in chain.glob("k*.json")}
+    assert sorted(finished) == ["k40.json"]  # step 70 never wrote its record
+
+    resumed = submit(root)
+    report("test_slurm: resubmitted after the time limit:", resumed.stdout)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert sorted(job["stage"] for job in submission(root)["jobs"]) == [
+        "finish", "recursive@babi-1-bilstm-attention-random-0", "report"]
+    assert {name: (chain / name).read_text() for name in finished} == finished  # step 40 reused as it was
+    assert (chain / "k70.json").is_file() and (root / "reports" / "racu.csv").is_file()
+    assert "up to date" in sh("dvc", "status", cwd=root)
+    study = [r for r in mlflow_runs(root, "tiny") if r.data.tags["roar.kind"] == "study"]
+    assert len(study) == 1 and study[0].info.status == "FINISHED"

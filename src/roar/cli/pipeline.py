@@ -49,8 +49,9 @@ def plan(params_file: Path = typer.Argument(Path("params.yaml"), metavar="[PARAM
     from roar.launch.plan import build_plan, format_plan
 
     loaded = load_checked_params(params_file)
-    typer.echo(format_plan(build_plan(loaded, str(params_file), Path("."), mlflow_uri, jobs, gpu_speedup,
-                                      calibrate)))
+    # a study folder's params: sizes from its own prepared data (rates from the project's one MLflow store)
+    root = params_file.parent if (params_file.parent / "dvc.yaml").is_file() else Path(".")
+    typer.echo(format_plan(build_plan(loaded, str(params_file), root, mlflow_uri, jobs, gpu_speedup, calibrate)))
 
 
 @command()

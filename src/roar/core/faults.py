@@ -8,12 +8,16 @@ one dictionary lookup.
 Points: ``importance`` (after the first split's importance, before the others), ``train``
 (after the first training epoch), ``data-written`` (the step's masked data on disk, its model not
 yet trained), ``model-written`` (model on disk, step record not yet written).
+
+``ROAR_FAILPOINT=stall:<point>@k<k>`` makes the process sleep there instead, until something kills
+it: a step that never ends, for the tests of wall-time limits (a Slurm job's ``--time``).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 ENV = "ROAR_FAILPOINT"
 _step = {"k": None}
@@ -25,7 +29,14 @@ def at_step(k: int | None) -> None:
 
 
 def failpoint(point: str) -> None:
-    """SIGKILL this process if ``ROAR_FAILPOINT`` names ``point`` at the current step."""
+    """SIGKILL this process if ``ROAR_FAILPOINT`` names ``point`` at the current step; stall it (sleep until
+    killed) if it names ``stall:`` and the point."""
     wanted = os.environ.get(ENV)
-    if wanted and wanted == f"{point}@k{_step['k']}":
+    if not wanted:
+        return
+    here = f"{point}@k{_step['k']}"
+    if wanted == here:
         os.kill(os.getpid(), signal.SIGKILL)
+    if wanted == f"stall:{here}":
+        while True:
+            time.sleep(60)

@@ -173,3 +173,20 @@ def test_cli_plan_and_bad_input(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["plan", "bad.yaml"])
     assert result.exit_code == 2 and "bad.yaml: study.steps = [60, 30] must be strictly increasing" in result.output
     assert not (tmp_path / "mlflow.db").exists() and not Path("/nonexistent-roar-plan").exists()
+
+
+def test_cli_plan_of_a_study_folder_reads_that_study_s_prepared_data(tmp_path, monkeypatch):
+    """``roar plan studies/x/params.yaml`` sizes the study from studies/x/data, not from the default study's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", NO_STORE)
+    _prepared(tmp_path)  # the default study's data: 8/2/2 examples
+    study = tmp_path / "studies" / "x"
+    study.mkdir(parents=True)
+    (study / "dvc.yaml").write_text("stages: {}\n")
+    (study / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    done = CliRunner().invoke(app, ["plan", "studies/x/params.yaml"])
+    assert done.exit_code == 0, done.output
+    assert "babi-1/bilstm-attention: rows 80/20/20" in done.output  # from prepare.babi-1 (100, val 0.2, test 20)
+    _prepared(study)
+    done = CliRunner().invoke(app, ["plan", "studies/x/params.yaml"])
+    assert "babi-1/bilstm-attention: rows 8/2/2, 8.0 tokens per example (prepared data" in done.output, done.output
