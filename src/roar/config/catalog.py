@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from roar.config.rules import Rule, integer
+from roar.config.rules import Rule, integer, one_of
 
 # How prepare tokenizes for a family: our word vocabulary built from the training split, or the
 # tokenizer of the HF checkpoint in train.<model>.<dataset>.checkpoint (roar.data.prepare).
@@ -57,6 +57,11 @@ MODELS = tuple(MODEL_FAMILIES)
 # paper), or the class the model predicts (cannot put the gold label into the mask pattern; see
 # docs/results.md, "The label leak").
 TARGETS = ("gold", "predicted")
+
+
+# importance.integrated-gradient.weighting: textbook IG (roar's default), or the official code's, which
+# weights each Riemann term by its scale i/n (roar.importance.integrated_gradient).
+IG_WEIGHTINGS = ("textbook", "official")
 
 
 def _coalition_pairs(value: object) -> str | None:
@@ -126,7 +131,8 @@ MEASURE_SPECS: dict[str, MeasureSpec] = {m.name: m for m in (
     # bound there); the BiLSTM's IG is timed with a few samples of its own.
     MeasureSpec("integrated-gradient", "roar.importance.integrated_gradient:IntegratedGradientImportance",
                 needs_model=True, explains_class=True, cost_rank=1, color="tab:red",
-                options={"samples": integer(1), "max_rows": integer(1, nullable=True)},
+                options={"samples": integer(1), "max_rows": integer(1, nullable=True),
+                         "weighting": one_of(IG_WEIGHTINGS)},
                 timed_as="gradient", timed_as_on=frozenset({"roberta"})),
     MeasureSpec("mutual-information", "roar.importance.mutual_information:MutualInformationImportance",
                 needs_model=False, explains_class=False, cost_rank=6, color="tab:purple"),
