@@ -168,6 +168,13 @@ STRATEGY_SPECS: dict[str, StrategySpec] = {s.name: s for s in (
     StrategySpec("count", "tokens", None, "masked tokens"),
 )}
 STRATEGIES = tuple(STRATEGY_SPECS)
+# study.masking_count: how many tokens a step masks, roar's exact count (the default) or the official
+# code's, which computes the quantile count in float32 (roar.method.masking.COUNT_RULES).
+MASKING_COUNTS = ("roar", "official")
+# study.racu_baseline: the random curve a measure's RACU is measured against: the Recursive ROAR random
+# chain of the same seed (the default), or, as the official code (nlp-roar-interpretability,
+# export/roar_plot.py), the plain ROAR random chain for the Recursive and the plain ROAR curves alike.
+RACU_BASELINES = ("recursive-random", "plain-random")
 
 
 def model_family(name: str) -> ModelFamily:

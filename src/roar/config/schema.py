@@ -22,14 +22,17 @@ from collections.abc import Iterable
 from dataclasses import fields
 
 from roar.core.errors import RoarError
-from roar.config.catalog import MEASURE_SPECS, MODEL_FAMILIES, STRATEGY_SPECS, TARGETS
+from roar.config.catalog import (MASKING_COUNTS, MEASURE_SPECS, MODEL_FAMILIES, RACU_BASELINES, STRATEGY_SPECS,
+                                 TARGETS)
 from roar.config.rules import Rule, anything, integer, is_int, mapping, matches, number, one_of, text
 from roar.config.train_config import DEVICES, mask_augment_problem
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
 REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
 STUDY_REQUIRED = ("name", "datasets", "models", "measures", "seeds", "strategy", "steps")
-STUDY_KEYS = (*STUDY_REQUIRED, "roar_measures")
+# study: the optional keys and their rules (roar_measures is checked as a list of names).
+STUDY_RULES: dict[str, Rule] = {"masking_count": one_of(MASKING_COUNTS), "racu_baseline": one_of(RACU_BASELINES)}
+STUDY_KEYS = (*STUDY_REQUIRED, "roar_measures", *STUDY_RULES)
 NOTE = "note"  # a free-form key allowed in every importance.<measure> (e.g. to force a params change)
 
 
@@ -195,6 +198,13 @@ def check_study(section: object, where: str = "params.yaml") -> dict:
         note = f" ({strategy}; k = 0 and k = {end} are shared points, not steps)" if high else f" ({strategy})"
         raise c.fail(f"study.steps = {fmt(steps)} must be strictly increasing integers {'in ' if high else ''}"
                      f"{span}{note}")
+    for name, rule in STUDY_RULES.items():
+        if name in study:
+            c.value(f"study.{name}", study[name], rule)
+    if study.get("racu_baseline") == "plain-random" and "random" not in roar_measures:
+        raise c.fail("study.racu_baseline = 'plain-random' compares every measure with the plain ROAR random chain, "
+                     "which the study lacks: add random to study.roar_measures, or set study.racu_baseline: "
+                     "recursive-random")
     return {**study, "roar_measures": roar_measures}
 
 

@@ -124,7 +124,9 @@ def _ks(ks: list[int]) -> str:
 
 
 def racu_per_seed(points: pd.DataFrame, study: Study, which: str = RETRAINED) -> tuple[pd.DataFrame, list[dict]]:
-    """RACU of every (chain, seed) against the random chain of the same dataset, model and seed.
+    """RACU of every (chain, seed) against the random chain of the same dataset, model and seed: the
+    Recursive ROAR one, or with ``study.racu_baseline: plain-random`` the plain ROAR one (the official code's
+    baseline for both chain kinds). Either way the curves share the all-masked point (the shared model).
 
     Only complete curves (every k of :func:`expected_ks`, for the measure and for its random
     baseline) get a RACU. ``which`` picks the curve of both (a no-retrain curve is compared with
@@ -152,11 +154,15 @@ def racu_per_seed(points: pd.DataFrame, study: Study, which: str = RETRAINED) ->
                 reasons.append(f"incomplete curve: missing k {_ks(missing)}")
             base = random[(random["dataset"] == dataset) & (random["model"] == model)
                           & (random["strategy"] == study.strategy) & (random["seed"] == seed)]
-            if base["recursive"].any():  # the random chain is run once (recursive) and reused by plain ROAR
+            plain = study.racu_baseline == "plain-random"
+            if plain:
+                base = base[~base["recursive"]]
+            elif base["recursive"].any():  # the random chain is run once (recursive) and reused by plain ROAR
                 base = base[base["recursive"]]
             base = base.drop_duplicates("k").set_index("k")["value"].sort_index()
             if base.empty:
-                reasons.append("no random chain of this seed (RACU compares with the same seed's random curve)")
+                reasons.append(f"no {'plain ROAR ' if plain else ''}random chain of this seed (RACU compares with "
+                               "the same seed's random curve)")
             elif missing := _missing(base, ks):
                 reasons.append(f"random curve of this seed incomplete: missing k {_ks(missing)}")
             if not reasons:
