@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import fields
 
 from roar.core.errors import RoarError
+from roar.config.datasets import TOKENS
 from roar.config.catalog import (MASKING_COUNTS, MEASURE_SPECS, MODEL_FAMILIES, RACU_BASELINES, STRATEGY_SPECS,
                                  TARGETS)
 from roar.config.rules import Rule, anything, integer, is_int, mapping, matches, number, one_of, text
@@ -64,6 +65,7 @@ PREPARE_RULES: dict[str, Rule] = {
     "source": text(), "n_train": integer(1), "n_test": integer(1),
     "val_fraction": number(0, 1, low_open=True, high_open=True), "min_count": integer(1),
     "max_length": integer(3), "seed": integer(0), "limit": integer(0), "options": mapping,
+    "tokens": one_of(TOKENS),  # the dataset's spec says which of them it offers (check_params)
 }
 # train.<model>.<dataset>: one rule per TrainConfig field but ``model`` (the section names it).
 TRAIN_RULES: dict[str, Rule] = {
@@ -103,6 +105,13 @@ def prepare_keys() -> tuple[str, ...]:
     from roar.config.datasets import PrepareConfig
 
     return tuple(sorted(f.name for f in fields(PrepareConfig)))
+
+
+def dataset_tokens(dataset: str) -> tuple[str, ...]:
+    """The values of ``prepare.<dataset>.tokens`` that the dataset offers."""
+    from roar.config.datasets import DATASETS
+
+    return DATASETS[dataset].tokens
 
 
 def train_keys() -> tuple[str, ...]:
@@ -228,6 +237,10 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
     for dataset, node in prepare.items():
         node = c.mapping(f"prepare.{dataset}", node, "prepare settings", nullable=True)
         c.rules(f"prepare.{dataset}", node, PREPARE_RULES, prepare_allowed)
+        offered = dataset_tokens(dataset)
+        if "tokens" in node and node["tokens"] not in offered:
+            raise c.fail(f"prepare.{dataset}.tokens = {fmt(node['tokens'])}: {dataset} has no {node['tokens']} tokens "
+                         f"(the official code's are bAbI's); allowed: {', '.join(offered)}")
     for dataset in study["datasets"]:
         if dataset not in prepare:
             raise c.fail(f"missing key prepare.{dataset} (study.datasets lists {dataset}); add its prepare settings")
