@@ -26,7 +26,7 @@ from roar.config.datasets import TOKENS
 from roar.config.catalog import (MASKING_COUNTS, MEASURE_SPECS, MODEL_FAMILIES, RACU_BASELINES, STRATEGY_SPECS,
                                  TARGETS)
 from roar.config.rules import Rule, anything, integer, is_int, mapping, matches, number, one_of, text
-from roar.config.train_config import DEVICES, mask_augment_problem
+from roar.config.train_config import ATTEND, BATCHING, DEVICES, attend_problem, mask_augment_problem
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
 REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
@@ -73,7 +73,7 @@ TRAIN_RULES: dict[str, Rule] = {
     "embedding_dim": integer(1), "hidden": integer(1), "attention_hidden": integer(1),
     "embeddings": text(nullable=True), "checkpoint": text(nullable=True),
     "warmup_ratio": number(0, 1, high_open=True), "threads": integer(0), "patience": integer(1, nullable=True),
-    "mask_augment": mask_augment_problem,
+    "mask_augment": mask_augment_problem, "attend": one_of(ATTEND), "batching": one_of(BATCHING),
 }
 TRAIN_NOT_IN_PARAMS = ("model",)
 # importance.<measure>: the options each measure reads are on its spec (roar.config.catalog), plus
@@ -255,6 +255,9 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
             key = f"train.{model}.{dataset}"
             node = c.mapping(key, node, "training settings", nullable=True)
             c.rules(key, node, TRAIN_RULES, train_allowed)
+            problem = attend_problem(model, node.get("attend", ATTEND[0]))
+            if problem:
+                raise c.fail(f"{key}.attend = {fmt(node['attend'])}: {problem}")
             if MODEL_FAMILIES[model].encoding == "checkpoint" and not node.get("checkpoint"):
                 raise c.fail(f"missing key {key}.checkpoint; model {model} needs a HF checkpoint name or a local "
                              "checkpoint folder")
