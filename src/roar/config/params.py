@@ -40,8 +40,10 @@ class Study:
 
 
 def load_params(path: Path = DEFAULT_PARAMS) -> dict:
-    """``path`` read and checked against the schema (:mod:`roar.config.schema`); a bad file raises one line
+    """``path`` read and checked against the schema (:mod:`roar.config.schema`), with its ``fidelity`` preset
+    applied (:func:`roar.config.fidelity.with_fidelity`); a bad file raises one line
     (:class:`~roar.core.errors.RoarError`, a ``ValueError``; ``FileNotFoundError`` for a missing file)."""
+    from roar.config.fidelity import with_fidelity
     from roar.config.schema import check_params, parse_params
 
     path = Path(path)
@@ -53,7 +55,7 @@ def load_params(path: Path = DEFAULT_PARAMS) -> dict:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise RoarError(f"{path}: not UTF-8 text (byte {error.start}); save it as UTF-8 YAML") from error
-    return check_params(parse_params(text, str(path)), str(path))
+    return with_fidelity(check_params(parse_params(text, str(path)), str(path)))
 
 
 def study_from_params(params: dict, where: str = "params.yaml") -> Study:

@@ -23,12 +23,14 @@ from dataclasses import fields
 
 from roar.core.errors import RoarError
 from roar.config.datasets import TOKENS
+from roar.config.fidelity import PRESETS, with_fidelity
 from roar.config.catalog import (MASKING_COUNTS, MEASURE_SPECS, MODEL_FAMILIES, RACU_BASELINES, STRATEGY_SPECS,
                                  TARGETS)
 from roar.config.rules import Rule, anything, integer, is_int, mapping, matches, number, one_of, text
 from roar.config.train_config import ATTEND, BATCHING, DEVICES, attend_problem, mask_augment_problem
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
+FIDELITY = "fidelity"  # the top-level key of the preset (roar.config.fidelity), beside the sections
 REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
 STUDY_REQUIRED = ("name", "datasets", "models", "measures", "seeds", "strategy", "steps")
 # study: the optional keys and their rules (roar_measures is checked as a list of names).
@@ -211,9 +213,9 @@ def check_study(section: object, where: str = "params.yaml") -> dict:
         if name in study:
             c.value(f"study.{name}", study[name], rule)
     if study.get("racu_baseline") == "plain-random" and "random" not in roar_measures:
-        raise c.fail("study.racu_baseline = 'plain-random' compares every measure with the plain ROAR random chain, "
-                     "which the study lacks: add random to study.roar_measures, or set study.racu_baseline: "
-                     "recursive-random")
+        raise c.fail("study.racu_baseline = 'plain-random' (set there or by fidelity: official) compares every "
+                     "measure with the plain ROAR random chain, which the study lacks: add random to "
+                     "study.roar_measures, or set study.racu_baseline: recursive-random")
     return {**study, "roar_measures": roar_measures}
 
 
@@ -226,8 +228,10 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
     if not isinstance(params, dict):
         raise RoarError(f"{where} holds {type(params).__name__} {fmt(params)}, not a mapping of sections; "
                         f"allowed sections: {', '.join(SECTIONS)}")
-    c.keys("", params, SECTIONS)
+    c.keys("", params, (*SECTIONS, FIDELITY))
     c.required("", params, REQUIRED_SECTIONS, f"; required sections: {', '.join(REQUIRED_SECTIONS)}")
+    if FIDELITY in params:
+        c.value(FIDELITY, params[FIDELITY], one_of(PRESETS))
     study = check_study(params["study"], where)
     names = known_names()
 
@@ -296,6 +300,8 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
     for kind, node in stages.items():
         node = c.mapping(f"runtime.slurm.stages.{kind}", node, "Slurm job settings", nullable=True)
         c.rules(f"runtime.slurm.stages.{kind}", node, SLURM_RULES, tuple(SLURM_RULES))
+    if params.get(FIDELITY, PRESETS[0]) != PRESETS[0]:
+        check_study(with_fidelity(params)["study"], where)  # the preset's settings must fit the study too
     return params
 
 

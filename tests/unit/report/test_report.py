@@ -265,11 +265,21 @@ def test_plain_random_baseline_without_the_plain_random_chain_is_refused_in_one_
     from roar.core.errors import RoarError
 
     study = {**params()["study"], "racu_baseline": "plain-random"}
-    with pytest.raises(RoarError, match="^params.yaml: study.racu_baseline = 'plain-random' compares every measure "
-                                        "with the plain ROAR random chain, which the study lacks: add random to "
-                                        "study.roar_measures"):
+    with pytest.raises(RoarError, match=r"^params.yaml: study.racu_baseline = 'plain-random' \(set there or by "
+                                        r"fidelity: official\) compares every measure with the plain ROAR random "
+                                        r"chain, which the study lacks: add random to study.roar_measures"):
         check_study(study)
     check_study({**study, "roar_measures": ["random"]})
     with pytest.raises(RoarError, match=r"^params.yaml: study.racu_baseline = 'plain' must be one of "
                                         r"recursive-random, plain-random$"):
         check_study({**study, "racu_baseline": "plain"})
+
+
+def test_readme_names_the_official_definitions_in_use(tmp_path, report):
+    out, _, _ = report
+    assert "official code" not in (out / "README.md").read_text()  # roar's definitions: no line
+    study = {**params()["study"], "masking_count": "official"}
+    with contextlib.redirect_stderr(io.StringIO()):
+        write_report({"study": study}, write_results(tmp_path), tmp_path / "reports", "abc123")
+    assert ("* the official code's definitions (docs: method, \"Fidelity to the official code\"): "
+            "study.masking_count: official\n") in (tmp_path / "reports" / "README.md").read_text()
