@@ -53,9 +53,8 @@ class ChainSpec:
 
 def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
               importance: dict[str, np.ndarray] | None = None, batch_size: int = 128,
-              progress: bool = True, meta: DatasetMeta | None = None,
-              target: str = "gold", masking_count: str = MASKING_COUNTS[0],
-              ) -> tuple[dict[str, Split], dict[str, np.ndarray], float]:
+              progress: bool = True, meta: DatasetMeta | None = None, target: str = "gold",
+              masking_count: str = MASKING_COUNTS[0]) -> tuple[dict[str, Split], dict[str, np.ndarray], float]:
     """One (Recursive) ROAR step: importance on ``data`` by ``model``, then mask up to ``k``.
 
     Recursive ROAR passes the previous step's masked data and model; plain ROAR passes the
@@ -240,7 +239,8 @@ class ChainRunner(Runner):
                 masked.splits["train"], ctx.meta.mask_id, ctx.meta.unmaskable_ids), **leak})
         record = StepRecord(
             spec.dataset, spec.model, spec.measure, spec.recursive, self.study.strategy, spec.seed, k, **point.result,
-            leakage=leak, target=ctx.tags["roar.target"], explained=masked.explained, data_hash=data_hash,
+            leakage=leak, target=ctx.tags["roar.target"], masking_count=ctx.recipe["params"].get("masking_count"),
+            explained=masked.explained, data_hash=data_hash,
             model_hash=model_hash, input_data_hash=source.data_hash, input_model_hash=source.model_hash,
             data_path=str(out_data), model_path=str(out_model), step_key=step_key, code_fingerprint=ctx.recipe["code"],
             libraries=ctx.recipe["libraries"],

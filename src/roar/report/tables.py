@@ -11,6 +11,7 @@ import sys
 
 import pandas as pd
 
+from roar.config.catalog import MASKING_COUNTS
 from roar.config.params import Study
 from roar.config.layout import mode_name, mode_title
 from roar.method.racu import (
@@ -50,14 +51,17 @@ def _no_retrain_rows(r: StepRecord, study: Study) -> list[dict]:
 
 def collect_points(records: list[StepRecord], study: Study) -> pd.DataFrame:
     """One row per curve point and seed (``curve``: ``retrained`` or a no-retrain curve); shared points join
-    every chain: k = 0 (the k = 0 model on unmasked data) every curve, all-masked the retrained one."""
+    every chain: k = 0 (the k = 0 model on unmasked data) every curve, all-masked the retrained one. A step
+    masked by another count than ``study.masking_count`` is left out (DVC does not rerun the chains when that
+    key changes)."""
     shared = [r for r in records if r.is_shared]
     chains = [r for r in records if not r.is_shared]
     rows = []
     wanted = set(study.chain_modes)
     for r in chains:
         if (r.dataset in study.datasets and r.model in study.models and r.seed in study.seeds
-                and (r.measure, r.recursive) in wanted and r.k in study.steps and r.strategy == study.strategy):
+                and (r.measure, r.recursive) in wanted and r.k in study.steps and r.strategy == study.strategy
+                and (r.masking_count or MASKING_COUNTS[0]) == study.masking_count):
             rows.append({**_point(r), "curve": RETRAINED})
             rows += _no_retrain_rows(r, study)
     chain_curves = {tuple(row[c] for c in CHAIN_KEYS) + (row["seed"], row["curve"]) for row in rows}

@@ -278,8 +278,24 @@ def test_plain_random_baseline_without_the_plain_random_chain_is_refused_in_one_
 def test_readme_names_the_official_definitions_in_use(tmp_path, report):
     out, _, _ = report
     assert "official code" not in (out / "README.md").read_text()  # roar's definitions: no line
-    study = {**params()["study"], "masking_count": "official"}
+    official = {**params(), "train": {"bilstm-attention": {"babi-1": {"batching": "shuffled"}}}}
     with contextlib.redirect_stderr(io.StringIO()):
-        write_report({"study": study}, write_results(tmp_path), tmp_path / "reports", "abc123")
+        write_report(official, write_results(tmp_path), tmp_path / "reports", "abc123")
     assert ("* the official code's definitions (docs: method, \"Fidelity to the official code\"): "
-            "study.masking_count: official\n") in (tmp_path / "reports" / "README.md").read_text()
+            "train.bilstm-attention.babi-1.batching: shuffled\n") in (tmp_path / "reports" / "README.md").read_text()
+
+
+def test_points_hold_only_steps_masked_by_the_studys_count():
+    """A step record names a count other than roar's (``masking_count``); the report leaves out the steps of
+    another count than the study's, since DVC does not rerun the chains when ``study.masking_count`` changes."""
+    from roar.config.params import Study
+    from roar.pipeline.step_record import StepRecord
+    from roar.report.tables import collect_points
+
+    records = [StepRecord.from_json(record("attention", 0, 25, 0.5)),
+               StepRecord.from_json({**record("gradient", 0, 25, 0.6), "masking_count": "official"})]
+    assert "masking_count" not in records[0].to_json() and records[1].to_json()["masking_count"] == "official"
+    for count, kept in (("roar", {"attention"}), ("official", {"gradient"})):
+        study = Study("count", ["babi-1"], ["bilstm-attention"], ["attention", "gradient"], [], [0], "quantile", [25],
+                      masking_count=count)
+        assert set(collect_points(records, study)["measure"]) == kept
