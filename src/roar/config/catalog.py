@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from roar.config.rules import Rule, integer
+from roar.config.rules import Rule, integer, one_of
 
 # How prepare tokenizes for a family: our word vocabulary built from the training split, or the
 # tokenizer of the HF checkpoint in train.<model>.<dataset>.checkpoint (roar.data.prepare).
@@ -57,6 +57,11 @@ MODELS = tuple(MODEL_FAMILIES)
 # paper), or the class the model predicts (cannot put the gold label into the mask pattern; see
 # docs/results.md, "The label leak").
 TARGETS = ("gold", "predicted")
+
+
+# importance.integrated-gradient.weighting: textbook IG (roar's default), or the official code's, which
+# weights each Riemann term by its scale i/n (roar.importance.integrated_gradient).
+IG_WEIGHTINGS = ("textbook", "official")
 
 
 def _coalition_pairs(value: object) -> str | None:
@@ -126,7 +131,8 @@ MEASURE_SPECS: dict[str, MeasureSpec] = {m.name: m for m in (
     # bound there); the BiLSTM's IG is timed with a few samples of its own.
     MeasureSpec("integrated-gradient", "roar.importance.integrated_gradient:IntegratedGradientImportance",
                 needs_model=True, explains_class=True, cost_rank=1, color="tab:red",
-                options={"samples": integer(1), "max_rows": integer(1, nullable=True)},
+                options={"samples": integer(1), "max_rows": integer(1, nullable=True),
+                         "weighting": one_of(IG_WEIGHTINGS)},
                 timed_as="gradient", timed_as_on=frozenset({"roberta"})),
     MeasureSpec("mutual-information", "roar.importance.mutual_information:MutualInformationImportance",
                 needs_model=False, explains_class=False, cost_rank=6, color="tab:purple"),
@@ -162,6 +168,13 @@ STRATEGY_SPECS: dict[str, StrategySpec] = {s.name: s for s in (
     StrategySpec("count", "tokens", None, "masked tokens"),
 )}
 STRATEGIES = tuple(STRATEGY_SPECS)
+# study.masking_count: how many tokens a step masks, roar's exact count (the default) or the official
+# code's, which computes the quantile count in float32 (roar.method.masking.COUNT_RULES).
+MASKING_COUNTS = ("roar", "official")
+# study.racu_baseline: the random curve a measure's RACU is measured against: the Recursive ROAR random
+# chain of the same seed (the default), or, as the official code (nlp-roar-interpretability,
+# export/roar_plot.py), the plain ROAR random chain for the Recursive and the plain ROAR curves alike.
+RACU_BASELINES = ("recursive-random", "plain-random")
 
 
 def model_family(name: str) -> ModelFamily:

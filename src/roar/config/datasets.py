@@ -30,6 +30,12 @@ class RawSplits:
     val: list[RawExample] | None = None
 
 
+# prepare.<dataset>.tokens: roar's (lower-cased words and punctuation, each bAbI statement ending in its
+# '.', the question in its '?'), or the official code's, for the datasets whose spec offers it (bAbI):
+# see roar.data.babi.official_text and roar.data.tokenize.WORD_TOKENIZERS.
+TOKENS = ("roar", "official")
+
+
 @dataclass
 class PrepareConfig:
     """Options of ``prepare`` (params.yaml ``prepare.<dataset>``).
@@ -46,6 +52,8 @@ class PrepareConfig:
         limit: keep a seeded random subset of at most this many examples per split (0: all);
             for quick looks, e.g. a transformer on a few hundred examples.
         options: dataset-specific settings (documented by each loader).
+        tokens: the tokens of the word encoding, one of :data:`TOKENS` that the dataset's spec offers
+            (``official``: bAbI as the official code writes and splits it).
     """
 
     source: str = "generate"
@@ -57,6 +65,7 @@ class PrepareConfig:
     seed: int = 0
     limit: int = 0
     options: dict = field(default_factory=dict)
+    tokens: str = TOKENS[0]
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,7 @@ class DatasetSpec:
     ``loader`` names the module ``roar.data.<loader>`` whose ``load(name, config)`` reads the
     raw examples; it is imported by :func:`roar.data.prepare.prepare` only when the dataset is
     prepared. ``load`` (a callable) takes its place for datasets registered at run time.
+    ``tokens``: the values of ``prepare.<name>.tokens`` it offers (:data:`TOKENS`).
     """
 
     name: str
@@ -74,6 +84,7 @@ class DatasetSpec:
     select_metric: str
     loader: str = ""
     load: Callable[[str, PrepareConfig], RawSplits] | None = None
+    tokens: tuple[str, ...] = TOKENS[:1]
 
 
 def _binary(name: str, module: str) -> DatasetSpec:
@@ -82,8 +93,8 @@ def _binary(name: str, module: str) -> DatasetSpec:
 
 
 DATASETS: dict[str, DatasetSpec] = {
-    **{f"babi-{t}": DatasetSpec(f"babi-{t}", paired=True, metric="accuracy", select_metric="accuracy", loader="babi")
-       for t in (1, 2, 3)},
+    **{f"babi-{t}": DatasetSpec(f"babi-{t}", paired=True, metric="accuracy", select_metric="accuracy", loader="babi",
+                                tokens=TOKENS) for t in (1, 2, 3)},
     "rotten-tomatoes": _binary("rotten-tomatoes", "polarity"),
     "sst": _binary("sst", "sst"),
     "snli": DatasetSpec("snli", paired=True, metric="accuracy", select_metric="accuracy", loader="snli"),

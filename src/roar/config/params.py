@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from roar.config.catalog import strategy_spec
+from roar.config.catalog import MASKING_COUNTS, RACU_BASELINES, strategy_spec
 from roar.core.errors import RoarError
 
 DEFAULT_PARAMS = Path("params.yaml")
@@ -13,7 +13,8 @@ DEFAULT_PARAMS = Path("params.yaml")
 
 @dataclass(frozen=True)
 class Study:
-    """The grid of a study: which chains exist and their masking steps."""
+    """The grid of a study: which chains exist, their masking steps and how a step counts the tokens it
+    masks (``masking_count``); and the random curve the RACU compares with (``racu_baseline``)."""
 
     name: str
     datasets: list[str]
@@ -23,6 +24,8 @@ class Study:
     seeds: list[int]
     strategy: str
     steps: list[int]
+    masking_count: str = MASKING_COUNTS[0]
+    racu_baseline: str = RACU_BASELINES[0]
 
     @property
     def chain_modes(self) -> list[tuple[str, bool]]:
@@ -37,8 +40,10 @@ class Study:
 
 
 def load_params(path: Path = DEFAULT_PARAMS) -> dict:
-    """``path`` read and checked against the schema (:mod:`roar.config.schema`); a bad file raises one line
+    """``path`` read and checked against the schema (:mod:`roar.config.schema`), with its ``fidelity`` preset
+    applied (:func:`roar.config.fidelity.with_fidelity`); a bad file raises one line
     (:class:`~roar.core.errors.RoarError`, a ``ValueError``; ``FileNotFoundError`` for a missing file)."""
+    from roar.config.fidelity import with_fidelity
     from roar.config.schema import check_params, parse_params
 
     path = Path(path)
@@ -50,7 +55,7 @@ def load_params(path: Path = DEFAULT_PARAMS) -> dict:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise RoarError(f"{path}: not UTF-8 text (byte {error.start}); save it as UTF-8 YAML") from error
-    return check_params(parse_params(text, str(path)), str(path))
+    return with_fidelity(check_params(parse_params(text, str(path)), str(path)))
 
 
 def study_from_params(params: dict, where: str = "params.yaml") -> Study:
@@ -62,7 +67,9 @@ def study_from_params(params: dict, where: str = "params.yaml") -> Study:
     s = check_study(params["study"], where)
     return Study(name=s["name"], datasets=list(s["datasets"]), models=list(s["models"]),
                  measures=list(s["measures"]), roar_measures=list(s["roar_measures"]), seeds=list(s["seeds"]),
-                 strategy=s["strategy"], steps=list(s["steps"]))
+                 strategy=s["strategy"], steps=list(s["steps"]),
+                 masking_count=s.get("masking_count", MASKING_COUNTS[0]),
+                 racu_baseline=s.get("racu_baseline", RACU_BASELINES[0]))
 
 
 def section(params: dict, *keys: str) -> dict:

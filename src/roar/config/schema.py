@@ -22,14 +22,20 @@ from collections.abc import Iterable
 from dataclasses import fields
 
 from roar.core.errors import RoarError
-from roar.config.catalog import MEASURE_SPECS, MODEL_FAMILIES, STRATEGY_SPECS, TARGETS
+from roar.config.datasets import TOKENS
+from roar.config.fidelity import PRESETS, with_fidelity
+from roar.config.catalog import (MASKING_COUNTS, MEASURE_SPECS, MODEL_FAMILIES, RACU_BASELINES, STRATEGY_SPECS,
+                                 TARGETS)
 from roar.config.rules import Rule, anything, integer, is_int, mapping, matches, number, one_of, text
-from roar.config.train_config import DEVICES, mask_augment_problem
+from roar.config.train_config import ATTEND, BATCHING, DEVICES, attend_problem, mask_augment_problem
 
 SECTIONS = ("study", "prepare", "train", "importance", "runtime")
+FIDELITY = "fidelity"  # the top-level key of the preset (roar.config.fidelity), beside the sections
 REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
 STUDY_REQUIRED = ("name", "datasets", "models", "measures", "seeds", "strategy", "steps")
-STUDY_KEYS = (*STUDY_REQUIRED, "roar_measures")
+# study: the optional keys and their rules (roar_measures is checked as a list of names).
+STUDY_RULES: dict[str, Rule] = {"masking_count": one_of(MASKING_COUNTS), "racu_baseline": one_of(RACU_BASELINES)}
+STUDY_KEYS = (*STUDY_REQUIRED, "roar_measures", *STUDY_RULES)
 NOTE = "note"  # a free-form key allowed in every importance.<measure> (e.g. to force a params change)
 
 
@@ -61,6 +67,7 @@ PREPARE_RULES: dict[str, Rule] = {
     "source": text(), "n_train": integer(1), "n_test": integer(1),
     "val_fraction": number(0, 1, low_open=True, high_open=True), "min_count": integer(1),
     "max_length": integer(3), "seed": integer(0), "limit": integer(0), "options": mapping,
+    "tokens": one_of(TOKENS),  # the dataset's spec says which of them it offers (check_params)
 }
 # train.<model>.<dataset>: one rule per TrainConfig field but ``model`` (the section names it).
 TRAIN_RULES: dict[str, Rule] = {
@@ -68,7 +75,7 @@ TRAIN_RULES: dict[str, Rule] = {
     "embedding_dim": integer(1), "hidden": integer(1), "attention_hidden": integer(1),
     "embeddings": text(nullable=True), "checkpoint": text(nullable=True),
     "warmup_ratio": number(0, 1, high_open=True), "threads": integer(0), "patience": integer(1, nullable=True),
-    "mask_augment": mask_augment_problem,
+    "mask_augment": mask_augment_problem, "attend": one_of(ATTEND), "batching": one_of(BATCHING),
 }
 TRAIN_NOT_IN_PARAMS = ("model",)
 # importance.<measure>: the options each measure reads are on its spec (roar.config.catalog), plus
@@ -100,6 +107,13 @@ def prepare_keys() -> tuple[str, ...]:
     from roar.config.datasets import PrepareConfig
 
     return tuple(sorted(f.name for f in fields(PrepareConfig)))
+
+
+def dataset_tokens(dataset: str) -> tuple[str, ...]:
+    """The values of ``prepare.<dataset>.tokens`` that the dataset offers."""
+    from roar.config.datasets import DATASETS
+
+    return DATASETS[dataset].tokens
 
 
 def train_keys() -> tuple[str, ...]:
@@ -195,6 +209,13 @@ def check_study(section: object, where: str = "params.yaml") -> dict:
         note = f" ({strategy}; k = 0 and k = {end} are shared points, not steps)" if high else f" ({strategy})"
         raise c.fail(f"study.steps = {fmt(steps)} must be strictly increasing integers {'in ' if high else ''}"
                      f"{span}{note}")
+    for name, rule in STUDY_RULES.items():
+        if name in study:
+            c.value(f"study.{name}", study[name], rule)
+    if study.get("racu_baseline") == "plain-random" and "random" not in roar_measures:
+        raise c.fail("study.racu_baseline = 'plain-random' (set there or by fidelity: official) compares every "
+                     "measure with the plain ROAR random chain, which the study lacks: add random to "
+                     "study.roar_measures, or set study.racu_baseline: recursive-random")
     return {**study, "roar_measures": roar_measures}
 
 
@@ -207,8 +228,10 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
     if not isinstance(params, dict):
         raise RoarError(f"{where} holds {type(params).__name__} {fmt(params)}, not a mapping of sections; "
                         f"allowed sections: {', '.join(SECTIONS)}")
-    c.keys("", params, SECTIONS)
+    c.keys("", params, (*SECTIONS, FIDELITY))
     c.required("", params, REQUIRED_SECTIONS, f"; required sections: {', '.join(REQUIRED_SECTIONS)}")
+    if FIDELITY in params:
+        c.value(FIDELITY, params[FIDELITY], one_of(PRESETS))
     study = check_study(params["study"], where)
     names = known_names()
 
@@ -218,6 +241,10 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
     for dataset, node in prepare.items():
         node = c.mapping(f"prepare.{dataset}", node, "prepare settings", nullable=True)
         c.rules(f"prepare.{dataset}", node, PREPARE_RULES, prepare_allowed)
+        offered = dataset_tokens(dataset)
+        if "tokens" in node and node["tokens"] not in offered:
+            raise c.fail(f"prepare.{dataset}.tokens = {fmt(node['tokens'])}: {dataset} has no {node['tokens']} tokens "
+                         f"(the official code's are bAbI's); allowed: {', '.join(offered)}")
     for dataset in study["datasets"]:
         if dataset not in prepare:
             raise c.fail(f"missing key prepare.{dataset} (study.datasets lists {dataset}); add its prepare settings")
@@ -232,6 +259,9 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
             key = f"train.{model}.{dataset}"
             node = c.mapping(key, node, "training settings", nullable=True)
             c.rules(key, node, TRAIN_RULES, train_allowed)
+            problem = attend_problem(model, node.get("attend", ATTEND[0]))
+            if problem:
+                raise c.fail(f"{key}.attend = {fmt(node['attend'])}: {problem}")
             if MODEL_FAMILIES[model].encoding == "checkpoint" and not node.get("checkpoint"):
                 raise c.fail(f"missing key {key}.checkpoint; model {model} needs a HF checkpoint name or a local "
                              "checkpoint folder")
@@ -270,6 +300,8 @@ def check_params(params: object, where: str = "params.yaml") -> dict:
     for kind, node in stages.items():
         node = c.mapping(f"runtime.slurm.stages.{kind}", node, "Slurm job settings", nullable=True)
         c.rules(f"runtime.slurm.stages.{kind}", node, SLURM_RULES, tuple(SLURM_RULES))
+    if params.get(FIDELITY, PRESETS[0]) != PRESETS[0]:
+        check_study(with_fidelity(params)["study"], where)  # the preset's settings must fit the study too
     return params
 
 

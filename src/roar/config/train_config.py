@@ -9,6 +9,12 @@ from roar.config.catalog import model_family
 
 # runtime.device: the GPU when torch sees one (auto), the CPU, or the GPU or fail (cuda); see roar.models.device.
 DEVICES = ("auto", "cpu", "cuda")
+# train.<model>.<dataset>.attend (families with attention): the first sequence's attention covers all its
+# tokens (roar), or, as the official code, only ids >= [MASK]: not its start and end tokens (roar.models.bilstm).
+ATTEND = ("all", "official")
+# train.<model>.<dataset>.batching: training batches of similar lengths (roar), or uniformly shuffled batches,
+# as the official code (roar.models.training.train_loader).
+BATCHING = ("buckets", "shuffled")
 
 
 @dataclass
@@ -35,14 +41,15 @@ class TrainConfig:
     # p ~ U(0, p_max) and masks each maskable first-sequence token with probability p
     # (roar.models.augment). None (the default) trains on the data as given.
     mask_augment: dict | None = None
+    attend: str = ATTEND[0]  # one of ATTEND
+    batching: str = BATCHING[0]  # one of BATCHING
 
     def params(self) -> dict:
-        """The settings as a dict, without ``mask_augment`` when it is off: the step keys, saved model
-        configs and MLflow params of studies that do not use it stay as they were before it existed."""
-        values = asdict(self)
-        if values["mask_augment"] is None:
-            del values["mask_augment"]
-        return values
+        """The settings as a dict, without those of :data:`ADDED_LATER` at their defaults: the step keys,
+        saved model configs and MLflow params of studies that do not use them stay as they were before
+        they existed."""
+        return {name: value for name, value in asdict(self).items()
+                if not (name in ADDED_LATER and value == ADDED_LATER[name])}
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -63,7 +70,26 @@ class TrainConfig:
             problem = mask_augment_problem(config.mask_augment)
             if problem:
                 raise ValueError(f"training parameter mask_augment={config.mask_augment!r} {problem}")
+        for name, allowed in (("attend", ATTEND), ("batching", BATCHING)):
+            if getattr(config, name) not in allowed:
+                raise ValueError(f"training parameter {name}={getattr(config, name)!r} unknown; "
+                                 f"allowed: {', '.join(allowed)}")
+        problem = attend_problem(config.model, config.attend)
+        if problem:
+            raise ValueError(f"training parameter attend={config.attend!r}: {problem}")
         return config
+
+
+# The settings added after studies had run, at their defaults (TrainConfig.params leaves them out there).
+ADDED_LATER = {"mask_augment": None, "attend": ATTEND[0], "batching": BATCHING[0]}
+
+
+def attend_problem(model: str, attend: str) -> str | None:
+    """None when the family ``model`` can attend as ``attend`` says, else why not (only a family with
+    attention over the first sequence has tokens to leave out of it)."""
+    if attend == ATTEND[0] or model_family(model).supports("attention"):
+        return None
+    return f"{model} has no attention over the first sequence to restrict; allowed: {ATTEND[0]}"
 
 
 MASK_AUGMENT_KEYS = ("p_max", "share")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from roar.data.storage import DatasetMeta, Split, write_dataset
-from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS, Vocabulary, tokenize
+from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS, WORD_TOKENIZERS, Vocabulary, tokenize
 from roar.config.datasets import (DATASETS, DatasetSpec, PrepareConfig, RawExample, RawSplits, dataset_spec,  # noqa: F401
                            label_ids, split_validation)
 from roar.config.catalog import model_family
@@ -29,14 +30,14 @@ def load_raw(spec: DatasetSpec, config: PrepareConfig) -> RawSplits:
 
 
 def encode_words(raw: dict[str, list[RawExample]], vocab: Vocabulary, classes: list[str], paired: bool,
-                 max_length: int) -> dict[str, Split]:
-    """Word ids of every split; the first sequence gets ``[START]``/``[END]`` and is truncated to
-    ``max_length`` tokens (the end token kept)."""
+                 max_length: int, words: Callable[[str], list[str]] = tokenize) -> dict[str, Split]:
+    """Word ids of every split (``words`` splits a text); the first sequence gets ``[START]``/``[END]`` and
+    is truncated to ``max_length`` tokens (the end token kept)."""
     out = {}
     for name, examples in raw.items():
         labels = label_ids(examples, classes, name)
-        tokens = [vocab.encode(tokenize(e.text)[: max(max_length - 2, 1)]) for e in examples]
-        tokens2 = [vocab.encode(tokenize(e.text2), boundaries=False) for e in examples] if paired else None
+        tokens = [vocab.encode(words(e.text)[: max(max_length - 2, 1)]) for e in examples]
+        tokens2 = [vocab.encode(words(e.text2), boundaries=False) for e in examples] if paired else None
         out[name] = Split.from_lists(tokens, labels, tokens2)
     return out
 
@@ -44,9 +45,11 @@ def encode_words(raw: dict[str, list[RawExample]], vocab: Vocabulary, classes: l
 def encode_word_dataset(spec: DatasetSpec, splits_raw: dict[str, list[RawExample]], train_raw: list[RawExample],
                         classes: list[str], config: PrepareConfig, model: str,
                         checkpoint: str | None) -> tuple[dict[str, Split], str, DatasetMeta]:
-    """The ``word`` encoding: a vocabulary of the training split's words (``config.min_count``)."""
-    vocab = Vocabulary.build((tokenize(e.text) + tokenize(e.text2) for e in train_raw), config.min_count)
-    splits = encode_words(splits_raw, vocab, classes, spec.paired, config.max_length)
+    """The ``word`` encoding: a vocabulary of the training split's words (``config.min_count``), split by
+    the tokenizer of ``config.tokens``."""
+    words = WORD_TOKENIZERS[config.tokens]
+    vocab = Vocabulary.build((words(e.text) + words(e.text2) for e in train_raw), config.min_count)
+    splits = encode_words(splits_raw, vocab, classes, spec.paired, config.max_length, words)
     meta = DatasetMeta(spec.name, classes, spec.paired, spec.metric, spec.select_metric, "word", MASK_ID,
                        UNMASKABLE_IDS)
     return splits, json.dumps(vocab.tokens) + "\n", meta
@@ -78,6 +81,9 @@ def prepare(dataset: str, out: Path, config: PrepareConfig, model: str = "bilstm
         checkpoint: the checkpoint whose tokenizer the ``checkpoint`` encoding uses.
     """
     spec = dataset_spec(dataset)
+    if config.tokens not in spec.tokens:
+        raise ValueError(f"prepare.{dataset}.tokens={config.tokens!r} is not offered by {dataset}; "
+                         f"allowed: {', '.join(spec.tokens)}")
     encode = {"word": encode_word_dataset, "checkpoint": encode_checkpoint_dataset}[model_family(model).encoding]
     raw = load_raw(spec, config)
     train_raw, val_raw = (raw.train, raw.val) if raw.val is not None else split_validation(

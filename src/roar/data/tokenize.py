@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,15 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
 def tokenize(text: str) -> list[str]:
     """Lower-cased word and punctuation tokens."""
     return _WORD.findall(text.lower())
+
+
+def split_words(text: str) -> list[str]:
+    """Whitespace-separated tokens, case kept: the official code's bAbI tokenizer (``sentence.split()``)."""
+    return text.split()
+
+
+# The word tokenizer of each ``prepare.<dataset>.tokens`` (roar.config.datasets.TOKENS).
+WORD_TOKENIZERS: dict[str, Callable[[str], list[str]]] = {"roar": tokenize, "official": split_words}
 
 
 class Vocabulary:

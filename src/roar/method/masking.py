@@ -4,6 +4,14 @@ Rules: only the first sequence is masked; special tokens are never masked;
 already-masked tokens stay masked and count towards k; ``quantile`` masks
 ``floor(k/100 * maskable)`` tokens, ``count`` masks ``min(k, maskable)``; masked tokens are
 replaced by the mask id (length kept); ties go to the earlier position (stable sort).
+
+``study.masking_count: official`` counts as the official code does (nlp-roar-interpretability,
+``nlproar/dataset/roar.py``, ``ROARDataset._mask_dataset``): ``quantile`` masks
+``int(float32(k/100) * maskable)`` tokens, the product rounded to float32 and truncated, over the
+maskable tokens including those already masked (as roar's count). It differs from the exact floor
+for some k and lengths (k = 53, 100 maskable tokens: 52 instead of 53), never for k = 10, 20, ..., 90
+at up to 20,000 maskable tokens. The official code then picks the tokens by ``torch.topk``, whose
+order among equal scores is unspecified; ties here still go to the earlier position.
 """
 
 from __future__ import annotations
@@ -15,13 +23,20 @@ import numpy as np
 
 from roar.data.storage import Split, read_dataset, write_dataset
 from roar.data.tokenize import MASK_ID, UNMASKABLE_IDS, maskable_positions  # noqa: F401 (masking's rule, kept in the data layer)
-from roar.config.catalog import strategy_spec
+from roar.config.catalog import MASKING_COUNTS, strategy_spec
 
 # Each strategy's rule (its other facts: roar.config.catalog.STRATEGY_SPECS): ``[N]`` tokens to mask
 # at k, given each example's ``[N]`` maskable tokens.
 MASKING_RULES: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
     "quantile": lambda n_maskable, k: (k * n_maskable) // 100,  # integer arithmetic: exact floor
     "count": lambda n_maskable, k: np.minimum(k, n_maskable),
+}
+# The rules of each ``study.masking_count`` (roar.config.catalog.MASKING_COUNTS): the official code's
+# quantile count is computed in float32 and truncated; its count rule is roar's.
+COUNT_RULES: dict[str, dict[str, Callable[[np.ndarray, int], np.ndarray]]] = {
+    "roar": MASKING_RULES,
+    "official": {**MASKING_RULES, "quantile": lambda n_maskable, k: (
+        np.float32(k / 100) * n_maskable.astype(np.float32)).astype(np.int64)},
 }
 
 
@@ -33,10 +48,12 @@ def check_k(k: int, strategy: str) -> None:
         raise ValueError(f"k={k!r} is outside {span}, the {spec.unit} that the {strategy} strategy masks")
 
 
-def target_masked(n_maskable: np.ndarray, k: int, strategy: str) -> np.ndarray:
-    """``[N]`` number of tokens that should be masked at ``k``."""
+def target_masked(n_maskable: np.ndarray, k: int, strategy: str, masking_count: str = MASKING_COUNTS[0]) -> np.ndarray:
+    """``[N]`` number of tokens that should be masked at ``k``, by the rule of ``masking_count``."""
     check_k(k, strategy)
-    return MASKING_RULES[strategy](n_maskable, k)
+    if masking_count not in COUNT_RULES:
+        raise ValueError(f"masking_count={masking_count!r} unknown; allowed: {', '.join(COUNT_RULES)}")
+    return COUNT_RULES[masking_count][strategy](n_maskable, k)
 
 
 def check_finite(importance: np.ndarray, candidates: np.ndarray, measure: str = "") -> None:
@@ -56,7 +73,7 @@ def check_finite(importance: np.ndarray, candidates: np.ndarray, measure: str = 
 
 def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, k: int, strategy: str,
                mask_id: int = MASK_ID, unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS,
-               measure: str = "") -> np.ndarray:
+               measure: str = "", masking_count: str = MASKING_COUNTS[0]) -> np.ndarray:
     """Mask the most important unmasked tokens until ``k`` is reached.
 
     Args:
@@ -66,6 +83,7 @@ def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, 
         k: percent (quantile) or tokens (count).
         strategy: ``quantile`` or ``count``.
         measure: the measure's name, for the error message.
+        masking_count: the counting rule (:data:`COUNT_RULES`): ``roar`` or ``official``.
 
     Returns:
         ``[N, L]`` new ids; the input is not modified.
@@ -77,7 +95,7 @@ def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, 
         raise ValueError(f"importance shape {importance.shape} differs from tokens shape {tokens.shape}")
     maskable = maskable_positions(tokens, lengths, unmaskable_ids)
     already = maskable & (tokens == mask_id)
-    to_mask = np.maximum(target_masked(maskable.sum(1), k, strategy) - already.sum(1), 0)
+    to_mask = np.maximum(target_masked(maskable.sum(1), k, strategy, masking_count) - already.sum(1), 0)
     candidates = maskable & ~already
     importance = np.asarray(importance, dtype=np.float64)
     check_finite(importance, candidates, measure)
@@ -90,10 +108,11 @@ def mask_top_k(tokens: np.ndarray, lengths: np.ndarray, importance: np.ndarray, 
 
 
 def mask_split(split: Split, importance: np.ndarray, k: int, strategy: str, mask_id: int = MASK_ID,
-               unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS, measure: str = "") -> Split:
+               unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS, measure: str = "",
+               masking_count: str = MASKING_COUNTS[0]) -> Split:
     """The split with its first sequence masked up to ``k`` by ``importance``."""
     return split.with_tokens(mask_top_k(split.tokens, split.lengths, importance, k, strategy, mask_id, unmaskable_ids,
-                                        measure))
+                                        measure, masking_count))
 
 
 def masked_fraction(split: Split, mask_id: int = MASK_ID, unmaskable_ids: tuple[int, ...] = UNMASKABLE_IDS) -> float:

@@ -84,6 +84,9 @@ class BiLSTMAttention(nn.Module):
         hidden: LSTM hidden size per direction.
         attention_hidden: size of the additive attention's hidden layer.
         embeddings: optional ``[V, D]`` pretrained vectors (rows of pad/special/OOV are zero).
+        unattended: token ids the attention leaves out besides padding: none (roar), or the start and end
+            tokens (``attend: official``: the official code attends only to ids >= [MASK], so to words,
+            [UNK] and [MASK]; nlproar/dataset/_vocab_tokenizer.py ``mask``).
     """
 
     # cuDNN computes an LSTM's backward pass only in training mode; the gradient measures
@@ -96,9 +99,11 @@ class BiLSTMAttention(nn.Module):
     mixed_precision = False
 
     def __init__(self, vocab_size: int, n_classes: int, paired: bool, embedding_dim: int = 300,
-                 hidden: int = 128, attention_hidden: int = 128, embeddings: torch.Tensor | None = None):
+                 hidden: int = 128, attention_hidden: int = 128, embeddings: torch.Tensor | None = None,
+                 unattended: tuple[int, ...] = ()):
         super().__init__()
         self.paired = paired
+        self.unattended = unattended  # a plain tuple, not a buffer: the saved weights stay as they were
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
         if embeddings is not None:
             self.embedding.weight.data.copy_(embeddings)
@@ -147,6 +152,8 @@ class BiLSTMAttention(nn.Module):
         embeddings = self.embed(tokens) if inputs_embeds is None else inputs_embeds
         states, _ = self.encoder(embeddings, lengths)
         mask = padding_mask(lengths, tokens.shape[1])
+        if self.unattended:
+            mask = mask & ~torch.isin(tokens, torch.tensor(self.unattended, device=tokens.device))
         hidden = self.attention_in(states)
         if self.paired:
             _, query = self.encoder2(self.embedding2(tokens2), lengths2)
@@ -185,6 +192,8 @@ class BiLSTMAttention(nn.Module):
 def build(meta: DatasetMeta, vocab_size: int, config: TrainConfig,
           architecture: dict | None = None) -> BiLSTMAttention:
     """A randomly initialised BiLSTM-attention for ``meta``'s task (the family's builder in
-    :mod:`roar.config.catalog`; ``architecture`` is unused: ``config`` describes the whole model)."""
+    :mod:`roar.config.catalog`; ``architecture`` is unused: ``config`` describes the whole model). With
+    ``config.attend: official`` its attention leaves out ``meta``'s never-masked ids (padding, start, end)."""
+    unattended = tuple(meta.unmaskable_ids) if config.attend == "official" else ()
     return BiLSTMAttention(vocab_size, len(meta.classes), meta.paired, config.embedding_dim, config.hidden,
-                           config.attention_hidden)
+                           config.attention_hidden, unattended=unattended)

@@ -16,7 +16,7 @@ from roar.data.storage import DatasetMeta, Split
 from roar.core.faults import failpoint
 from roar.core.fileio import atomic_dir
 from roar.models.metrics import compute_metric
-from roar.models.batching import BucketBatchSampler, SplitDataset, iterate_batches
+from roar.models.batching import Batch, BucketBatchSampler, SplitDataset, iterate_batches
 from roar.models.device import resolve_device
 from roar.models.registry import build_model  # noqa: F401 (also the training API)
 from roar.config.catalog import model_family
@@ -156,6 +156,19 @@ def init_word_vectors(model: torch.nn.Module, config: TrainConfig, vocab: list[s
     return vectors.coverage
 
 
+def train_loader(train_set: SplitDataset, config: TrainConfig, seed: int,
+                 collate: Callable[[list[int]], Batch]) -> torch.utils.data.DataLoader:
+    """The training batches of ``config.batching``: ``buckets`` of similar lengths
+    (:class:`~roar.models.batching.BucketBatchSampler`), or ``shuffled``: each epoch a uniform permutation of
+    the examples cut into consecutive batches of ``batch_size`` (the last one smaller), as the official code's
+    ``DataLoader(shuffle=True)`` (nlproar/dataset/_dataset.py); both drawn from ``seed``."""
+    if config.batching == "shuffled":
+        return torch.utils.data.DataLoader(train_set, config.batch_size, shuffle=True, collate_fn=collate,
+                                           generator=torch.Generator().manual_seed(seed))
+    sampler = BucketBatchSampler(train_set.split.lengths, config.batch_size, seed)
+    return torch.utils.data.DataLoader(train_set, batch_sampler=sampler, collate_fn=collate)
+
+
 def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: TrainConfig, seed: int,
           progress: bool = True, vocab: list[str] | None = None,
           device: torch.device | None = None,
@@ -190,14 +203,13 @@ def train(meta: DatasetMeta, vocab_size: int, splits: dict[str, Split], config: 
         digest = vectors_digest(config.embeddings)
     module = _make_module(model, meta.select_metric, config, on_epoch)
     train_set, val_set = SplitDataset(splits["train"]), SplitDataset(splits["val"])
-    sampler = BucketBatchSampler(splits["train"].lengths, config.batch_size, seed)
     collate = train_set.collate
     if config.mask_augment is not None:  # masked fine-tuning: the training batches only
         from roar.models.augment import masking_collate
 
         collate = masking_collate(collate, config.mask_augment, seed, meta.mask_id, tuple(meta.unmaskable_ids))
     loaders = (
-        torch.utils.data.DataLoader(train_set, batch_sampler=sampler, collate_fn=collate),
+        train_loader(train_set, config, seed, collate),
         torch.utils.data.DataLoader(val_set, 256, collate_fn=val_set.collate),
     )
     # Deterministic kernels: on the CPU the same inputs, seed and thread count give byte-identical

@@ -28,7 +28,7 @@ from roar.core.faults import at_step, failpoint
 from roar.core.fileio import content_hash, fingerprint
 from roar.method.leakage import leakage
 from roar.method.masking import mask_all, mask_split, masked_fraction
-from roar.config.catalog import check_supported, measure_spec
+from roar.config.catalog import MASKING_COUNTS, check_supported, measure_spec
 from roar.config.params import section
 from roar.config.layout import Layout, mode_name, project_root
 from roar.pipeline.provenance import chain_code_fingerprint, equivalent_fingerprints, library_versions, read_provenance
@@ -53,8 +53,8 @@ class ChainSpec:
 
 def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
               importance: dict[str, np.ndarray] | None = None, batch_size: int = 128,
-              progress: bool = True, meta: DatasetMeta | None = None,
-              target: str = "gold") -> tuple[dict[str, Split], dict[str, np.ndarray], float]:
+              progress: bool = True, meta: DatasetMeta | None = None, target: str = "gold",
+              masking_count: str = MASKING_COUNTS[0]) -> tuple[dict[str, Split], dict[str, np.ndarray], float]:
     """One (Recursive) ROAR step: importance on ``data`` by ``model``, then mask up to ``k``.
 
     Recursive ROAR passes the previous step's masked data and model; plain ROAR passes the
@@ -62,7 +62,8 @@ def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
     it does not change with k. Masks accumulate: already-masked tokens count towards k.
 
     ``meta`` supplies the mask id and the never-masked ids (default: the word vocabulary's);
-    ``target`` the class the gradient measures explain (``gold`` or ``predicted``).
+    ``target`` the class the gradient measures explain (``gold`` or ``predicted``); ``masking_count`` how
+    many tokens k masks (:data:`roar.method.masking.COUNT_RULES`).
 
     Returns:
         The masked splits, the importance used (``{split: [N, L]}``) and the seconds spent on it.
@@ -77,7 +78,8 @@ def roar_step(data: dict[str, Split], model, measure, k: int, strategy: str,
             failpoint("importance")
     seconds = time.perf_counter() - start
     ids = {} if meta is None else {"mask_id": meta.mask_id, "unmaskable_ids": meta.unmaskable_ids}
-    masked = {name: mask_split(split, importance[name], k, strategy, **ids, measure=getattr(measure, "name", ""))
+    masked = {name: mask_split(split, importance[name], k, strategy, **ids, measure=getattr(measure, "name", ""),
+                               masking_count=masking_count)
               for name, split in data.items()}
     return masked, importance, seconds
 
@@ -189,6 +191,9 @@ class ChainRunner(Runner):
         # The explained class matters only to the measures that explain one (the gradient family).
         if measure_spec(spec.measure).explains_class:
             step_params["target"] = str(imp_params.get("target", "gold"))
+        # Only when it is not roar's count: the step keys of studies that do not set it stay as they were.
+        if self.study.masking_count != MASKING_COUNTS[0]:
+            step_params["masking_count"] = self.study.masking_count
         return step_params
 
     def _chain_step(self, chain_run: str, ctx: _ChainContext, k: int,
@@ -234,7 +239,8 @@ class ChainRunner(Runner):
                 masked.splits["train"], ctx.meta.mask_id, ctx.meta.unmaskable_ids), **leak})
         record = StepRecord(
             spec.dataset, spec.model, spec.measure, spec.recursive, self.study.strategy, spec.seed, k, **point.result,
-            leakage=leak, target=ctx.tags["roar.target"], explained=masked.explained, data_hash=data_hash,
+            leakage=leak, target=ctx.tags["roar.target"], masking_count=ctx.recipe["params"].get("masking_count"),
+            explained=masked.explained, data_hash=data_hash,
             model_hash=model_hash, input_data_hash=source.data_hash, input_model_hash=source.model_hash,
             data_path=str(out_data), model_path=str(out_model), step_key=step_key, code_fingerprint=ctx.recipe["code"],
             libraries=ctx.recipe["libraries"],
@@ -267,7 +273,7 @@ class ChainRunner(Runner):
                     model = load_model(source.model_dir).to(self.device)
             masked, importance, seconds = roar_step(splits, model, measure, k, self.study.strategy, cached,
                                                     ctx.recipe["params"]["batch_size"], self.progress, ctx.meta,
-                                                    target)
+                                                    target, self.study.masking_count)
             if model is not None and target == "predicted":
                 from roar.importance.base import prediction_agreement
 

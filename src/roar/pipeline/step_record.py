@@ -113,6 +113,7 @@ class StepRecord:
     leakage: dict[str, float] | None = None
     # chain steps only
     target: str | None = None
+    masking_count: str | None = None  # set only when not roar's count (study.masking_count)
     explained: dict[str, float] = field(default_factory=dict)  # split -> share predicted == gold
     input_data_hash: str | None = None
     input_model_hash: str | None = None

@@ -11,6 +11,7 @@ import sys
 
 import pandas as pd
 
+from roar.config.catalog import MASKING_COUNTS
 from roar.config.params import Study
 from roar.config.layout import mode_name, mode_title
 from roar.method.racu import (
@@ -50,14 +51,17 @@ def _no_retrain_rows(r: StepRecord, study: Study) -> list[dict]:
 
 def collect_points(records: list[StepRecord], study: Study) -> pd.DataFrame:
     """One row per curve point and seed (``curve``: ``retrained`` or a no-retrain curve); shared points join
-    every chain: k = 0 (the k = 0 model on unmasked data) every curve, all-masked the retrained one."""
+    every chain: k = 0 (the k = 0 model on unmasked data) every curve, all-masked the retrained one. A step
+    masked by another count than ``study.masking_count`` is left out (DVC does not rerun the chains when that
+    key changes)."""
     shared = [r for r in records if r.is_shared]
     chains = [r for r in records if not r.is_shared]
     rows = []
     wanted = set(study.chain_modes)
     for r in chains:
         if (r.dataset in study.datasets and r.model in study.models and r.seed in study.seeds
-                and (r.measure, r.recursive) in wanted and r.k in study.steps and r.strategy == study.strategy):
+                and (r.measure, r.recursive) in wanted and r.k in study.steps and r.strategy == study.strategy
+                and (r.masking_count or MASKING_COUNTS[0]) == study.masking_count):
             rows.append({**_point(r), "curve": RETRAINED})
             rows += _no_retrain_rows(r, study)
     chain_curves = {tuple(row[c] for c in CHAIN_KEYS) + (row["seed"], row["curve"]) for row in rows}
@@ -124,7 +128,9 @@ def _ks(ks: list[int]) -> str:
 
 
 def racu_per_seed(points: pd.DataFrame, study: Study, which: str = RETRAINED) -> tuple[pd.DataFrame, list[dict]]:
-    """RACU of every (chain, seed) against the random chain of the same dataset, model and seed.
+    """RACU of every (chain, seed) against the random chain of the same dataset, model and seed: the
+    Recursive ROAR one, or with ``study.racu_baseline: plain-random`` the plain ROAR one (the official code's
+    baseline for both chain kinds). Either way the curves share the all-masked point (the shared model).
 
     Only complete curves (every k of :func:`expected_ks`, for the measure and for its random
     baseline) get a RACU. ``which`` picks the curve of both (a no-retrain curve is compared with
@@ -152,11 +158,15 @@ def racu_per_seed(points: pd.DataFrame, study: Study, which: str = RETRAINED) ->
                 reasons.append(f"incomplete curve: missing k {_ks(missing)}")
             base = random[(random["dataset"] == dataset) & (random["model"] == model)
                           & (random["strategy"] == study.strategy) & (random["seed"] == seed)]
-            if base["recursive"].any():  # the random chain is run once (recursive) and reused by plain ROAR
+            plain = study.racu_baseline == "plain-random"
+            if plain:
+                base = base[~base["recursive"]]
+            elif base["recursive"].any():  # the random chain is run once (recursive) and reused by plain ROAR
                 base = base[base["recursive"]]
             base = base.drop_duplicates("k").set_index("k")["value"].sort_index()
             if base.empty:
-                reasons.append("no random chain of this seed (RACU compares with the same seed's random curve)")
+                reasons.append(f"no {'plain ROAR ' if plain else ''}random chain of this seed (RACU compares with "
+                               "the same seed's random curve)")
             elif missing := _missing(base, ks):
                 reasons.append(f"random curve of this seed incomplete: missing k {_ks(missing)}")
             if not reasons:

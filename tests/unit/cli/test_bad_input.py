@@ -233,7 +233,7 @@ CASES = [
          "study = ['babi-1'] must be a mapping"),
     # --- params: train
     case("train-unknown-key", TRAIN, params(setitem("train", "bilstm-attention", "babi-1", "epoch", 3)),
-         "params.yaml: unknown key train.bilstm-attention.babi-1.epoch; allowed: attention_hidden, batch_size",
+         "params.yaml: unknown key train.bilstm-attention.babi-1.epoch; allowed: attend, attention_hidden, batch_size",
          writes=TRAIN_OUT),
     case("epochs-zero", VALIDATE, params(setitem("train", "bilstm-attention", "babi-1", "epochs", 0)),
          "train.bilstm-attention.babi-1.epochs = 0 must be an integer >= 1"),

@@ -401,3 +401,33 @@ def test_prepare_vocabulary_ignores_val_and_test_words(tmp_path, monkeypatch):
 def test_prepare_unknown_dataset(tmp_path):
     with pytest.raises(ValueError, match="'yelp'.*babi-1.*sst"):
         prepare("yelp", tmp_path / "x", PrepareConfig(n_train=10, n_test=5))
+
+
+def test_official_tokens_keep_case_and_join_statements_with_a_period_between():
+    """``prepare.babi-N.tokens: official``: the official code's text (nlproar/dataset/babi.py) and its split at
+    whitespace; roar's: lower-cased, every statement ending in '.', the question in '?'."""
+    example = parse_babi(OFFICIAL)[1]
+    official = babi.official_text(example)
+    assert official.text == ("Mary moved to the bathroom . John went to the hallway . Daniel went back to the hallway "
+                             ". Sandra moved to the garden")
+    assert (official.text2, official.label) == ("Where is Daniel", "hallway")
+    from roar.data.tokenize import split_words
+
+    assert split_words(official.text)[:6] == ["Mary", "moved", "to", "the", "bathroom", "."]
+    assert split_words(official.text).count(".") == 3  # one fewer than roar's (no final period)
+    assert tokenize(" ".join(example.story)).count(".") == 4 and tokenize(example.question)[-1] == "?"
+
+
+def test_prepare_with_official_tokens(tmp_path):
+    prepare("babi-1", tmp_path / "official", PrepareConfig(n_train=60, n_test=20, tokens="official"))
+    prepare("babi-1", tmp_path / "roar", PrepareConfig(n_train=60, n_test=20))
+    official = json.loads((tmp_path / "official" / "vocab.json").read_text())
+    roar = json.loads((tmp_path / "roar" / "vocab.json").read_text())
+    assert {"Mary", "John", "Where", "."} <= set(official) and "?" not in official and "mary" not in official
+    assert {"mary", "where", "?", "."} <= set(roar)
+    # same stories: the official first sequence has one token fewer per question (no final period)
+    official_splits, roar_splits = read_dataset(tmp_path / "official")[1], read_dataset(tmp_path / "roar")[1]
+    np.testing.assert_array_equal(official_splits["train"].lengths, roar_splits["train"].lengths - 1)
+    np.testing.assert_array_equal(official_splits["train"].lengths2, roar_splits["train"].lengths2 - 1)
+    with pytest.raises(ValueError, match=r"prepare.snli.tokens='official' is not offered by snli; allowed: roar"):
+        prepare("snli", tmp_path / "snli", PrepareConfig(tokens="official"))

@@ -233,3 +233,51 @@ def test_quantile_exact_counts_per_example():
         out = mask_top_k(tokens, lengths, importance, k, "quantile")
         assert (out == M).sum(1).tolist() == counts, f"k={k}"
         assert target_masked(np.array(n_maskable), k, "quantile").tolist() == counts, f"k={k}"
+
+
+def test_official_count_is_float32_quantile_truncated():
+    """``study.masking_count: official`` counts int(float32(k/100) * float32(n)), as the official code's
+    ``(torch.tensor(k / 100) * n).int()``."""
+    n = np.array([10, 100, 100, 300, 8])
+    # k = 30: float32(0.3) = 0.30000001192..., times 10 rounds to 3.0 in float32 -> 3 (roar: 3)
+    np.testing.assert_array_equal(target_masked(n[:1], 30, "quantile", "official"), [3])
+    # k = 53, n = 100: float32(0.53) = 0.52999997138..., times 100 rounds to 52.999996 -> 52 (roar's exact floor: 53;
+    # float64 0.53 * 100 = 53.0 -> 53: the float32 rounding is what differs)
+    assert int(0.53 * 100) == 53
+    np.testing.assert_array_equal(target_masked(n[1:2], 53, "quantile", "official"), [52])
+    np.testing.assert_array_equal(target_masked(n[1:2], 53, "quantile"), [53])
+    # k = 29, n = 100: float32(0.29) * 100 rounds to 29.0 -> 29 (as roar), where float64 gives 28.999999999999996 -> 28
+    assert int(0.29 * 100) == 28
+    np.testing.assert_array_equal(target_masked(n[1:2], 29, "quantile", "official"), [29])
+    # k = 21, n = 300: exactly 63, in float32 62.999996 -> 62
+    np.testing.assert_array_equal(target_masked(n[3:4], 21, "quantile", "official"), [62])
+    np.testing.assert_array_equal(target_masked(n[3:4], 21, "quantile"), [63])
+    # the count strategy is the same under both: min(k, n)
+    np.testing.assert_array_equal(target_masked(n, 9, "count", "official"), target_masked(n, 9, "count"))
+
+
+def test_official_count_equals_roars_at_the_studys_steps():
+    """For k = 10, 20, ..., 90 the float32 count is the exact floor at every length up to 20,000: the option
+    changes nothing at a study's usual steps."""
+    n = np.arange(0, 20_001)
+    for k in range(0, 101, 10):
+        np.testing.assert_array_equal(target_masked(n, k, "quantile", "official"), target_masked(n, k, "quantile"))
+
+
+def test_official_count_includes_already_masked_tokens():
+    # 10 maskable tokens, 2 of them already masked: k = 30 -> int(float32(0.3) * 10) = 3 over all 10
+    # (not over the 8 unmasked, which would give 2): one more token, the most important unmasked one.
+    tokens = np.array([[S, M, 11, 12, 13, M, 15, 16, 17, 18, 19, E]])
+    importance = np.array([[0, 9.0, 0.1, 0.8, 0.3, 9.0, 0.2, 0.7, 0.4, 0.6, 0.5, 0]])
+    out = mask_top_k(tokens, np.array([12]), importance, 30, "quantile", masking_count="official")
+    np.testing.assert_array_equal(out, [[S, M, 11, M, 13, M, 15, 16, 17, 18, 19, E]])
+    # k = 53 over 100 maskable tokens, none masked: 52 tokens (roar: 53)
+    row = np.array([[S, *range(10, 110), E]])
+    scores = np.arange(102, dtype=float)[None, :]
+    official = mask_top_k(row, np.array([102]), scores, 53, "quantile", masking_count="official")
+    assert (official == M).sum() == 52 and (mask_top_k(row, np.array([102]), scores, 53, "quantile") == M).sum() == 53
+
+
+def test_unknown_masking_count_raises_with_value():
+    with pytest.raises(ValueError, match="masking_count='float' unknown; allowed: roar, official"):
+        target_masked(np.array([4]), 50, "quantile", "float")

@@ -95,7 +95,8 @@ def test_off_by_default_and_absent_from_the_train_settings():
     config = TrainConfig()
     assert config.mask_augment is None
     assert "mask_augment" not in config.params()
-    assert config.params() == {k: v for k, v in asdict(config).items() if k != "mask_augment"}
+    assert config.params() == {k: v for k, v in asdict(config).items()
+                               if k not in ("mask_augment", "attend", "batching")}
     on = TrainConfig.from_dict({"mask_augment": {"p_max": 0.5}})
     assert on.params()["mask_augment"] == {"p_max": 0.5}
     for bad in ({"p_max": 0}, {"share": 0.5}, {"p_max": 0.5, "rate": 1}, {"p_max": True}, 0.5):

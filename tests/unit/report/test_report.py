@@ -231,3 +231,71 @@ def test_compute_by_chain_sums_seconds_per_chain_over_the_studys_seeds_and_steps
     assert frame.loc["gradient", "train_seconds"] == 70.0 and frame.loc["gradient", "importance_seconds"] == 12.0
     assert frame.loc["shared", "total_seconds"] == 200.0
     assert "| all | | | 5 | 0.07 | 0.00 | 0.08 |" in compute_markdown(compute_by_chain(records, study))
+
+
+@pytest.mark.parametrize("baseline, expected", [
+    # b (Recursive ROAR random) = [1, .5, 0]: area(b - b_I) = .75 * 50 + .25 * 50 = 50;
+    # Recursive attention p = [1, .2, 0]: area(b - p) = 2 * .15 * 50 = 15 -> .3; plain attention [1, .4, 0]: 5 -> .1
+    ("recursive-random", {True: 0.3, False: 0.1}),
+    # b (plain ROAR random) = [1, .7, 0]: area(b - b_I) = .85 * 50 + .35 * 50 = 60;
+    # Recursive attention: area(b - p) = 2 * .25 * 50 = 25 -> 25/60; plain attention: 2 * .15 * 50 = 15 -> .25
+    ("plain-random", {True: 25 / 60, False: 0.25}),
+])
+def test_racu_baseline_recursive_or_plain_random_by_hand(baseline, expected):
+    """``study.racu_baseline: plain-random`` measures both chain kinds against the plain ROAR random chain (the
+    official code's baseline); both baselines end at the shared all-masked point."""
+    import pandas as pd
+
+    from roar.config.params import Study
+    from roar.report.tables import POINT_COLUMNS, racu_per_seed
+
+    at_50 = {("random", True): 0.5, ("random", False): 0.7, ("attention", True): 0.2, ("attention", False): 0.4}
+    points = pd.DataFrame([{**record(measure, 0, k, value), "recursive": recursive, "curve": "retrained"}
+                           for (measure, recursive), middle in at_50.items()
+                           for k, value in ((0, 1.0), (50, middle), (100, 0.0))], columns=POINT_COLUMNS + ["curve"])
+    study = Study("baseline", ["babi-1"], ["bilstm-attention"], ["random", "attention"], ["random", "attention"], [0],
+                  "quantile", [50], racu_baseline=baseline)
+    per_seed, excluded = racu_per_seed(points, study)
+    assert not excluded
+    assert {r.recursive: r.racu_unclipped for r in per_seed.itertuples()} == pytest.approx(expected)
+
+
+def test_plain_random_baseline_without_the_plain_random_chain_is_refused_in_one_line():
+    from roar.config.schema import check_study
+    from roar.core.errors import RoarError
+
+    study = {**params()["study"], "racu_baseline": "plain-random"}
+    with pytest.raises(RoarError, match=r"^params.yaml: study.racu_baseline = 'plain-random' \(set there or by "
+                                        r"fidelity: official\) compares every measure with the plain ROAR random "
+                                        r"chain, which the study lacks: add random to study.roar_measures"):
+        check_study(study)
+    check_study({**study, "roar_measures": ["random"]})
+    with pytest.raises(RoarError, match=r"^params.yaml: study.racu_baseline = 'plain' must be one of "
+                                        r"recursive-random, plain-random$"):
+        check_study({**study, "racu_baseline": "plain"})
+
+
+def test_readme_names_the_official_definitions_in_use(tmp_path, report):
+    out, _, _ = report
+    assert "official code" not in (out / "README.md").read_text()  # roar's definitions: no line
+    official = {**params(), "train": {"bilstm-attention": {"babi-1": {"batching": "shuffled"}}}}
+    with contextlib.redirect_stderr(io.StringIO()):
+        write_report(official, write_results(tmp_path), tmp_path / "reports", "abc123")
+    assert ("* the official code's definitions (docs: method, \"Fidelity to the official code\"): "
+            "train.bilstm-attention.babi-1.batching: shuffled\n") in (tmp_path / "reports" / "README.md").read_text()
+
+
+def test_points_hold_only_steps_masked_by_the_studys_count():
+    """A step record names a count other than roar's (``masking_count``); the report leaves out the steps of
+    another count than the study's, since DVC does not rerun the chains when ``study.masking_count`` changes."""
+    from roar.config.params import Study
+    from roar.pipeline.step_record import StepRecord
+    from roar.report.tables import collect_points
+
+    records = [StepRecord.from_json(record("attention", 0, 25, 0.5)),
+               StepRecord.from_json({**record("gradient", 0, 25, 0.6), "masking_count": "official"})]
+    assert "masking_count" not in records[0].to_json() and records[1].to_json()["masking_count"] == "official"
+    for count, kept in (("roar", {"attention"}), ("official", {"gradient"})):
+        study = Study("count", ["babi-1"], ["bilstm-attention"], ["attention", "gradient"], [], [0], "quantile", [25],
+                      masking_count=count)
+        assert set(collect_points(records, study)["measure"]) == kept
