@@ -55,6 +55,12 @@ def test_study_status_here_after_a_change_and_in_a_clone(ran, tmp_path) -> None:
                            env=project_env(root)).stdout.split()[1]
     missing = sh("roar", "study", "status", cwd=clone)
     assert missing.startswith("default not run here: outputs neither here nor in the DVC cache; the DVC remote"), missing
+    empty = tmp_path / "empty-remote"
+    empty.mkdir()
+    sh("dvc", "remote", "modify", "--local", "storage", "url", str(empty), cwd=clone)
+    nowhere = sh("roar", "study", "status", cwd=clone)  # DVC's cloud status alone calls this "in the remote"
+    assert nowhere.strip() == f"default not run here: outputs neither here, in the DVC cache nor (all) in the " \
+                              f"DVC remote {empty}; run it with `roar pipeline`", nowhere
     sh("dvc", "remote", "modify", "--local", "storage", "url", local, cwd=clone)
     pullable = sh("roar", "study", "status", cwd=clone)
     assert pullable.strip() == f"default not run here: outputs in the DVC remote {local} only; pull them with " \

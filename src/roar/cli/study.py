@@ -65,3 +65,36 @@ def study_status(name: str = typer.Argument(None, help="One study (default: ever
     width = max(len(n) for n in names)
     for each in names:
         typer.echo(status_of(root, each).line(width))
+
+
+@command("compare", group=study_app)
+def study_compare(names: list[str] = typer.Argument(..., help="Studies to compare, the reference first "
+                                                               "(`default` or a folder under studies/)."),
+                  ks: str = typer.Option("10,20,30", "--k", help="Masking steps whose mean score each row shows."),
+                  out: Path = typer.Option(None, "--out", help="Also write comparison.md, racu.csv and curves.csv "
+                                                               "into this folder (replaced whole).")) -> None:
+    """Studies side by side from their committed reports: what each changes against the first, its RACU
+    against the Recursive and the plain ROAR random curve, and its mean score at a few k."""
+    from roar.config.layout import project_root
+    from roar.config.params import load_params
+    from roar.core.errors import RoarError
+    from roar.core.fileio import atomic_dir
+    from roar.launch.studies import resolve_study
+    from roar.report.comparison import compare_studies, comparison_markdown, read_points
+
+    try:
+        steps = [int(k) for k in ks.split(",")]
+    except ValueError:
+        raise RoarError(f"--k {ks!r}: give masking steps as integers separated by commas, e.g. 10,20,30") from None
+    root = project_root()
+    folders = [(name, resolve_study(name, root)) for name in names]
+    studies = [(name, load_params(folder / "params.yaml"), read_points(folder, name)) for name, folder in folders]
+    racu, curves = compare_studies(studies, steps)
+    table = comparison_markdown(racu, curves, steps)
+    typer.echo(table, nl=False)
+    if out is not None:
+        with atomic_dir(out) as tmp:
+            (tmp / "comparison.md").write_text(table, encoding="utf-8")
+            racu.to_csv(tmp / "racu.csv", index=False, float_format="%.6f")
+            curves.to_csv(tmp / "curves.csv", index=False, float_format="%.6f")
+        typer.echo(f"written: {out}/comparison.md, racu.csv, curves.csv")

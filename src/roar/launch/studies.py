@@ -10,8 +10,11 @@ are written once. The stages run inside the folder: its ``data/``, ``models/``, 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,11 +123,13 @@ def resolve_study(name: str | None, cwd: Path = Path(".")) -> Path:
 UP_TO_DATE = "up to date"
 NOT_RUN = "not run here"
 STALE = "stale"
+BUSY = "busy"  # a DVC command (a running pipeline) holds the project's lock
 
 
 @dataclass(frozen=True)
 class StudyStatus:
-    """A study's state (:data:`UP_TO_DATE`, :data:`NOT_RUN`, :data:`STALE`), why, and what to do about it."""
+    """A study's state (:data:`UP_TO_DATE`, :data:`NOT_RUN`, :data:`STALE`, :data:`BUSY`), why, and what to do
+    about it."""
 
     name: str
     folder: str  # relative to the project root
@@ -193,13 +198,32 @@ def _remote(repo) -> str | None:
     return (repo.config["remote"].get(name) or {}).get("url") if name else None
 
 
+@contextlib.contextmanager
+def _dvc_warnings_off() -> Iterator[None]:
+    """DVC's per-file warnings about outputs missing from cache and remote: the status line says it once."""
+    logger = logging.getLogger("dvc")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _absent_from_remote(repo) -> bool:
+    """Whether the default remote lacks a cached output of ``dvc.yaml`` outright. DVC's cloud status only warns
+    about a directory output whose listing (``.dir``) is nowhere and leaves it out of its answer, so a remote
+    without any of a study's outputs would read as holding them all."""
+    remote = repo.cloud.get_remote_odb()
+    return any(not remote.exists(out.hash_info.value) for stage in repo.stage.collect("dvc.yaml")
+               for out in stage.outs if out.use_cache and out.hash_info and out.hash_info.value)
+
+
 def study_status(root: Path, name: str) -> StudyStatus:
     """The state of study ``name`` of the project at ``root``: up to date, not run here (its outputs are neither
-    in the workspace nor in the DVC cache; run or pull it), or stale (and why)."""
-    import contextlib
-
+    in the workspace nor in the DVC cache; run or pull it), stale (and why), or busy (a pipeline runs)."""
     import yaml
-    from dvc.repo import Repo
+    from dvc.lock import LockError
 
     root = Path(root)
     folder = root if name == DEFAULT else root / STUDIES / name
@@ -208,7 +232,19 @@ def study_status(root: Path, name: str) -> StudyStatus:
     if not (folder / "dvc.lock").is_file():
         return StudyStatus(name, where, NOT_RUN, "no dvc.lock (never run in this project)", run)
     lock = yaml.safe_load((folder / "dvc.lock").read_text(encoding="utf-8")) or {}
-    with contextlib.chdir(folder), Repo(".") as repo:
+    try:
+        return _locked_study_status(folder, where, name, lock, run)
+    except LockError as error:
+        holder = next((line.strip() for line in str(error).splitlines() if line.strip().startswith("(PID")), "")
+        return StudyStatus(name, where, BUSY, f"a DVC command holds its lock {holder}".rstrip(),
+                           "ask again when it has finished")
+
+
+def _locked_study_status(folder: Path, where: str, name: str, lock: dict, run: str) -> StudyStatus:
+    """:func:`study_status` of a study with a ``dvc.lock``, from ``dvc status`` (which takes DVC's lock)."""
+    from dvc.repo import Repo
+
+    with contextlib.chdir(folder), _dvc_warnings_off(), Repo(".") as repo:
         status = repo.status(targets=["dvc.yaml"])
         if not status:
             return StudyStatus(name, where, UP_TO_DATE)
@@ -216,10 +252,10 @@ def study_status(root: Path, name: str) -> StudyStatus:
         if why:
             return StudyStatus(name, where, STALE, "; ".join(why))
         missing = _missing_outputs(status)
-        pull = f"`dvc pull dvc.yaml`{'' if folder == root else f' in {where}'}"
+        pull = f"`dvc pull dvc.yaml`{'' if name == DEFAULT else f' in {where}'}"
         if missing and all(state == "deleted" for state in missing.values()):
             return StudyStatus(name, where, NOT_RUN, "outputs in the DVC cache but not checked out",
-                               f"`dvc checkout dvc.yaml`{'' if folder == root else f' in {where}'}")
+                               f"`dvc checkout dvc.yaml`{'' if name == DEFAULT else f' in {where}'}")
         remote = _remote(repo)
         if remote is None:
             return StudyStatus(name, where, NOT_RUN, "outputs neither here nor in the DVC cache, no DVC remote", run)
@@ -227,11 +263,12 @@ def study_status(root: Path, name: str) -> StudyStatus:
             return StudyStatus(name, where, NOT_RUN, f"outputs neither here nor in the DVC cache; the DVC remote "
                                f"{remote} does not exist here", run)
         try:
-            cloud = repo.status(targets=["dvc.yaml"], cloud=True)
+            absent = _absent_from_remote(repo) or any(
+                state == "missing" for state in repo.status(targets=["dvc.yaml"], cloud=True).values())
         except Exception as error:  # noqa: BLE001 - an unreachable remote (network, credentials) says why
             return StudyStatus(name, where, NOT_RUN, f"outputs neither here nor in the DVC cache; the DVC remote "
                                f"{remote} is not reachable ({str(error).splitlines()[0]})", run)
-        if any(state == "missing" for state in cloud.values()):
+        if absent:
             return StudyStatus(name, where, NOT_RUN, f"outputs neither here, in the DVC cache nor (all) in the DVC "
                                f"remote {remote}", run)
         return StudyStatus(name, where, NOT_RUN, f"outputs in the DVC remote {remote} only", f"pull them with {pull}")

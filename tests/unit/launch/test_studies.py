@@ -128,3 +128,30 @@ def test_study_status_of_a_study_never_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["study", "status", "other"])
     assert result.exit_code == 0 and "not run here" in result.output, result.output
+
+
+def test_study_status_of_a_study_a_pipeline_is_running_names_the_lock_holder(tmp_path):
+    """``dvc status`` takes DVC's lock: while a pipeline writes the study's outputs, the status says busy and
+    who holds the lock instead of failing with DVC's traceback."""
+    import os
+
+    import yaml
+    from dvc.fs import LocalFileSystem
+    from dvc.repo import Repo
+    from dvc.rwlock import rwlock
+
+    from roar.launch.studies import BUSY, study_status
+
+    Repo.init(str(tmp_path), no_scm=True).close()
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"make": {"cmd": "echo a > out.txt",
+                                                                           "outs": ["out.txt"]}}}))
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"make": {
+        "cmd": "echo a > out.txt", "outs": [{"path": "out.txt", "md5": "0" * 32, "size": 2}]}}}))
+    command = "dvc repro make (a running pipeline)"
+    with rwlock(str(tmp_path / ".dvc" / "tmp"), LocalFileSystem(), command, [],
+                [os.fspath(tmp_path / "out.txt")], False):
+        status = study_status(tmp_path, "default")
+    assert (status.state, status.folder) == (BUSY, ".")
+    assert status.why == f"a DVC command holds its lock (PID {os.getpid()}): {command}", status.why
+    assert status.todo == "ask again when it has finished"
+    assert study_status(tmp_path, "default").state != BUSY  # the lock released
