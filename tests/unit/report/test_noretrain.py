@@ -151,3 +151,24 @@ def test_readme_section_states_the_comparison_from_the_numbers(report) -> None:
     assert "ROAR k0-model (deletion curve): no tau (fewer than 2 measures" in readme
     # the three-way table row of attention (RACU %, mean over seeds)
     assert "| attention | 80.0 (n=2) | 50.0 (n=2) | 50.0 (n=2) |" in readme
+
+
+def test_plain_roar_is_priced_as_a_chain_of_its_own_by_hand() -> None:
+    """Plain ROAR retrained is a contender with its own cost (importance once), not a curve of the recursive
+    chain: its price line says how much less it needs. Compute: Recursive ROAR 300 s and 90 s for the two
+    measures, plain ROAR 100 s and 60 s: ratios 3.0 and 1.5, median 2.25."""
+    import pandas as pd
+
+    from roar.report.noretrain import conclusions
+
+    tau = pd.DataFrame([{"dataset": "d", "model": "m", "strategy": "quantile", "seed": seed, "recursive": False,
+                         "curve": "retrained", "n_measures": 2, "tau": 1.0, "p_value": 1.0, "note": ""}
+                        for seed in (0, 1)])
+    compute = pd.DataFrame([{"dataset": "d", "model": "m", "measure": measure, "recursive": False,
+                             "strategy": "quantile", "curve": "retrained", "seconds": seconds, "scoring_seconds": 0.0,
+                             "needs_retraining": True, "ratio": ratio}
+                            for measure, seconds, ratio in (("gradient", 100.0, 3.0), ("attention", 60.0, 1.5))])
+    assert conclusions(tau, compute) == [
+        "* d/m, ROAR retrained: ranks the measures as Recursive ROAR does: same ranking in 2 of 2 seeds, mean "
+        "τ = +1.00 over 2 measures; it retrains at every step but computes the importance once, with the k = 0 "
+        "model: 2.2× less compute than Recursive ROAR (median over measures)."]
