@@ -128,10 +128,10 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
 def _stopped_by_budget(root: Path, budget, jobs: int, seconds: float) -> None:
     """Say what the time budget left and how long it is expected to take, then exit 75 (run again to resume)."""
     from roar.launch.budget import EXIT_MORE_TO_DO
-    from roar.launch.local import stage_names
+    from roar.launch.local import chain_steps_done, stage_names
 
     left, expected = budget.left(stage_names(root), jobs)
-    if (root / "reports").is_dir() and any((root / "results").rglob("k*.json")):
+    if (root / "reports").is_dir() and chain_steps_done(root):
         _rewrite_run_facts(root)
     hours = "unknown (no rate)" if expected is None else f"about {expected / 3600:.1f} h on {jobs} worker(s)"
     typer.echo(f"[roar] time budget reached after {seconds / 60:.0f} min: {len(left)} stage(s) left, {hours} "

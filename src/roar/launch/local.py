@@ -244,11 +244,16 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None) -> dict[st
     return timings
 
 
+def chain_steps_done(root: Path) -> bool:
+    """Whether any chain step of the study at ``root`` has its record: a partial report has something to show."""
+    return any((root / "results").rglob("k*.json"))
+
+
 def _stop_early(root: Path, env: dict, tracker, study_run: str, log) -> None:
     """The partial report (the RACU of the seeds done; excluded.csv and the README name the chains and seeds
     still missing), then the study run ended FINISHED and tagged as stopped early."""
     code = 0
-    if any((root / "results").rglob("k*.json")):
+    if chain_steps_done(root):
         log("[roar] writing the partial report")
         code = subprocess.run(["dvc", "--wait-for-lock", "repro", "--single-item", "report"], cwd=root, env=env,
                               stdout=sys.stdout, stderr=sys.stderr).returncode

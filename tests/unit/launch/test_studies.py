@@ -134,15 +134,17 @@ def test_study_status_of_a_study_a_pipeline_is_running_names_the_lock_holder(tmp
     """``dvc status`` takes DVC's lock: while a pipeline writes the study's outputs, the status says busy and
     who holds the lock instead of failing with DVC's traceback."""
     import os
+    import subprocess
+    import sys
 
     import yaml
     from dvc.fs import LocalFileSystem
-    from dvc.repo import Repo
     from dvc.rwlock import rwlock
 
     from roar.launch.studies import BUSY, study_status
 
-    Repo.init(str(tmp_path), no_scm=True).close()
+    # In its own process: an earlier in-process DVC command may have left DVC's log handler on a closed stream.
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"make": {"cmd": "echo a > out.txt",
                                                                            "outs": ["out.txt"]}}}))
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"make": {
