@@ -94,3 +94,22 @@ def test_answer_absence_is_shown_only_where_answers_are_words_of_the_text() -> N
     not_in_text = summarise_leakage(pd.DataFrame(base | {"label_word_absent": [0.97, 0.98],
                                                          "other_labels_visible": [0.01, 0.0]}))
     assert not_in_text["label_word_absent"].isna().all() and not_in_text["other_labels_visible"].isna().all()
+
+
+def test_steps_at_the_floor_are_flagged_against_the_all_masked_model() -> None:
+    per_seed = pd.DataFrame({"dataset": "d", "model": "m", "measure": "gradient", "recursive": True,
+                             "strategy": "quantile", "seed": 0, "k": [0, 10, 20, 30, 100],
+                             "value": [0.9, 0.17, 0.175, 0.30, 0.16], "mask_probe": 0.2, "majority": 0.2,
+                             "label_word_absent": math.nan, "other_labels_visible": math.nan,
+                             "predicted_is_gold_test": math.nan})
+    frame = summarise_leakage(per_seed).set_index("k")
+    # 0.17 - 0.16 and 0.175 - 0.16 are within FLOOR = 0.02; 0.30 is not; k = 0 and k = 100 are never flagged
+    assert list(frame["at_floor"]) == [False, True, True, False, False]
+    text = leakage_markdown(summarise_leakage(per_seed), "gold")
+    assert "* d/m/gradient/recursive: k = 10, 20 (all-masked 0.160)" in text
+
+
+def test_no_step_at_the_floor_says_so() -> None:
+    text = leakage_markdown(summary(), "gold")  # gradient at k = 10 and 20 is 0.25 and 0.35, the floor 0.2
+    assert not summary()["at_floor"].any()
+    assert "No step's model is at the floor" in text
