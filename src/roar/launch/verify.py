@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roar.config.catalog import RACU_BASELINES
 from roar.core.errors import RoarError
 from roar.launch.studies import study_folders
 from roar.pipeline.provenance import (PROVENANCE_FILE, STAGE_KINDS, fingerprint_key, lookup, read_provenance,
@@ -172,12 +173,14 @@ def plan_samples(stale: list[StaleStage], study_params: Callable[[Path], dict]) 
 
 def scratch_params(params: dict, project: ScratchProject) -> dict:
     """The study's params cut to the project: one dataset, model and seed, the first step, the sample
-    chains, one torch thread (old and new code run beside each other)."""
+    chains, one torch thread (old and new code run beside each other). The RACU baseline goes back to the
+    Recursive ROAR random curve: the plain one needs a plain random chain that the samples may not have."""
     study = dict(params["study"])
     study.update(datasets=[project.dataset], models=[project.model], seeds=[project.seed],
                  steps=[project.first_step],
                  measures=[m for m, recursive in project.chains if recursive],
-                 roar_measures=[m for m, recursive in project.chains if not recursive])
+                 roar_measures=[m for m, recursive in project.chains if not recursive],
+                 racu_baseline=RACU_BASELINES[0])
     return {**params, "study": study, "runtime": {**(params.get("runtime") or {}), "threads": 1}}
 
 

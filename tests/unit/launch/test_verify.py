@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from roar.launch.verify import StaleStage, compare_projects, owner, plan_samples, rekey_lock, stale_stages
+from roar.launch.verify import (StaleStage, compare_projects, owner, plan_samples, rekey_lock, scratch_params,
+                               stale_stages)
 
 PARAMS = {"study": {"name": "s", "datasets": ["d"], "models": ["m"], "seeds": [0, 1], "steps": [10, 20]}}
 CHAIN_G0 = ("chain", "d", "m", "g", "0", "--recursive", "--skip-unsupported", "--no-progress")
@@ -127,3 +128,14 @@ def test_stale_stages_are_those_locked_with_another_fingerprint_and_carry_the_lo
     stale = stale_stages(tmp_path, {"prepare": "p1", "chain": {"g": "g2"}})
     assert [(s.name, s.key, s.revision) for s in stale] == [("recursive@d-m-g-0", "fingerprints.chain.g", head)]
     assert stale_stages(tmp_path, {"prepare": "p2", "chain": {"g": "g2"}})[1].name == "prepare@d-m"
+
+
+def test_a_scratch_study_of_the_official_baseline_runs_without_its_plain_random_chain() -> None:
+    """`fidelity: official` measures against the plain ROAR random chain, which a sample project need not
+    have: the scratch params fall back to the Recursive ROAR random curve, which every schema accepts."""
+    params = {"study": {**PARAMS["study"], "measures": ["random", "g"], "roar_measures": ["random"],
+                        "racu_baseline": "plain-random"}}
+    project = plan_samples([chain(Path("/p"), "g", 0)], lambda study: params)[0]
+    study = scratch_params(params, project)["study"]
+    assert (study["measures"], study["roar_measures"], study["racu_baseline"]) == (["g"], [], "recursive-random")
+    assert study["seeds"] == [0] and study["steps"] == [10]
