@@ -74,9 +74,9 @@ def report_readme(study: Study, params: dict, tables: dict[str, pd.DataFrame], f
               "* `racu.csv`: RACU per chain (fractions): mean of the unclipped per-seed values, interval bounds, "
               "number of seeds, interval method",
               "* `excluded.csv`: every seed or measure left out of the RACU, with the reason",
-              "* `leakage.csv`: per chain and k, the mean curve, its rise from its lowest point at a smaller k, whether "
-              "it is at the floor (the all-masked model's score), the mask-probe "
-              "accuracy, the majority-class accuracy and (bAbI) the answer-absent share, means over seeds",
+              "* `leakage.csv`: per chain and k, the mean curve, its rise from its lowest point at a smaller k, "
+              "whether it is at the floor (the all-masked model's score), the mask-probe accuracy, the "
+              "majority-class accuracy and (bAbI) the answer-absent share, means over seeds",
               "* `compute.csv`: training and importance seconds per chain, summed over seeds and steps",
               "* `racu.md`, `racu.tex`: the RACU tables; `figures/`: PNG and PDF figures",
               "* `roar audit DATASET MODEL MEASURE SEED K` prints the data and model versions behind any point", ""]

@@ -38,6 +38,14 @@ def summary() -> pd.DataFrame:
     return summarise_leakage(collect_leakage(RECORDS, STUDY, points))
 
 
+def one_curve(ks: list[int], values: list[float]) -> pd.DataFrame:
+    """Per-seed rows of one gradient chain and seed, without the answer diagnostics."""
+    return pd.DataFrame({"dataset": "d", "model": "m", "measure": "gradient", "recursive": True,
+                         "strategy": "quantile", "seed": 0, "k": ks, "value": values, "mask_probe": 0.2,
+                         "majority": 0.2, "label_word_absent": math.nan, "other_labels_visible": math.nan,
+                         "predicted_is_gold_test": math.nan})
+
+
 def row(frame: pd.DataFrame, measure: str, k: int) -> pd.Series:
     return frame[(frame["measure"] == measure) & (frame["k"] == k)].iloc[0]
 
@@ -71,12 +79,7 @@ def test_markdown_names_the_rise_and_the_target() -> None:
 
 
 def test_a_slow_climb_is_flagged_against_the_lowest_point() -> None:
-    per_seed = pd.DataFrame({"dataset": "d", "model": "m", "measure": "gradient", "recursive": True,
-                             "strategy": "quantile", "seed": 0, "k": [0, 10, 20, 30, 40],
-                             "value": [0.9, 0.20, 0.23, 0.26, 0.24], "mask_probe": 0.2, "majority": 0.2,
-                             "label_word_absent": math.nan, "other_labels_visible": math.nan,
-                             "predicted_is_gold_test": math.nan})
-    frame = summarise_leakage(per_seed).set_index("k")
+    frame = summarise_leakage(one_curve([0, 10, 20, 30, 40], [0.9, 0.20, 0.23, 0.26, 0.24])).set_index("k")
     # each step is +0.03 at most, but k = 30 is 0.06 above the lowest point (k = 10)
     assert frame.loc[30, "metric_rise"] == pytest.approx(0.06) and frame.loc[30, "rises"]
     assert frame.loc[40, "metric_rise"] == pytest.approx(0.04) and not frame.loc[40, "rises"]
@@ -97,11 +100,7 @@ def test_answer_absence_is_shown_only_where_answers_are_words_of_the_text() -> N
 
 
 def test_steps_at_the_floor_are_flagged_against_the_all_masked_model() -> None:
-    per_seed = pd.DataFrame({"dataset": "d", "model": "m", "measure": "gradient", "recursive": True,
-                             "strategy": "quantile", "seed": 0, "k": [0, 10, 20, 30, 100],
-                             "value": [0.9, 0.17, 0.175, 0.30, 0.16], "mask_probe": 0.2, "majority": 0.2,
-                             "label_word_absent": math.nan, "other_labels_visible": math.nan,
-                             "predicted_is_gold_test": math.nan})
+    per_seed = one_curve([0, 10, 20, 30, 100], [0.9, 0.17, 0.175, 0.30, 0.16])
     frame = summarise_leakage(per_seed).set_index("k")
     # 0.17 - 0.16 and 0.175 - 0.16 are within FLOOR = 0.02; 0.30 is not; k = 0 and k = 100 are never flagged
     assert list(frame["at_floor"]) == [False, True, True, False, False]
