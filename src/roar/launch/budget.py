@@ -95,16 +95,6 @@ class TimeBudget:
         return todo, None if any(e is None for e in expected) else makespan(expected, jobs)
 
 
-def stale_stages(root: Path) -> set[str]:
-    """The stages of ``root``'s ``dvc.yaml`` that ``dvc status`` says must run (changed or missing)."""
-    import contextlib
-
-    from dvc.repo import Repo
-
-    with contextlib.chdir(root), Repo(".") as repo:
-        return {name.rsplit(":", 1)[-1] for name in repo.status(targets=["dvc.yaml"])}
-
-
 def _done_share(root: Path, stage) -> float:
     """The share of a chain stage's steps whose records are on disk (reused when the chain runs again)."""
     from roar.config.layout import Layout
@@ -122,7 +112,9 @@ def plan_budget(root: Path, params: dict, seconds: float, jobs: int, log=print) 
     (calibrated when no finished runs give a rate), less the part of each chain already done."""
     from roar.launch.plan import build_plan
 
-    stale = stale_stages(root)
+    from roar.launch.pending import pending_stages
+
+    stale = set(pending_stages(root))
     plan = build_plan(params, str(root), root, jobs=jobs)
     if any(s.local_s is None for s in plan.stages if s.name in stale):
         log("[roar] time budget: no measured rate for some stages; calibrating (`roar plan --calibrate`)")

@@ -27,6 +27,7 @@ from typing import Protocol
 from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
 from roar.core.tools import tool_env
+from roar.launch.pending import pending_stages
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
@@ -207,10 +208,16 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None) -> dict[st
     tracker.client.set_tag(study_run, "roar.executor", "local")
     env |= {"ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
     names = stage_names(root)
-    waves = [sorted((n for n in names if stage_kind(n) in wave), key=_cost_rank) for wave in WAVES]
+    pending = pending_stages(root)
+    if len(pending) < len(names):
+        log(f"[roar] {len(names) - len(pending)} of {len(names)} stage(s) done: up to date, or with their records "
+            "committed and their cached outputs not needed here")
+    waves = [sorted((n for n in names if stage_kind(n) in wave and n in pending), key=_cost_rank) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)
     refused: list[str] = []
     for wave, stages in zip(WAVES, waves):
+        if not stages:
+            continue
         log(f"[roar] {len(stages)} stage(s): {', '.join(wave)} ({jobs} at a time)")
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(_repro, root, env, stage, progress.started, gate) for stage in stages]
@@ -266,9 +273,10 @@ def _stop_early(root: Path, env: dict, tracker, study_run: str, log) -> None:
 
 
 def _final_repro(root: Path, env: dict) -> int:
-    """A plain ``dvc repro``: runs what is left (the report) and proves the pipeline complete."""
-    return subprocess.run(["dvc", "--wait-for-lock", "repro"], cwd=root, env=env, stdout=sys.stdout,
-                          stderr=sys.stderr).returncode
+    """A whole-pipeline ``dvc repro``: runs what is left (the report) and proves the pipeline complete. A stage
+    whose only change is cached outputs absent here is done (:mod:`roar.launch.pending`): ``--allow-missing``."""
+    return subprocess.run(["dvc", "--wait-for-lock", "repro", "--allow-missing"], cwd=root, env=env,
+                          stdout=sys.stdout, stderr=sys.stderr).returncode
 
 
 def submit_pipeline(root: Path = Path("."), push: bool = True, wait: bool = False, poll: float = 10.0,

@@ -31,6 +31,7 @@ from roar.core.errors import RoarError
 from roar.core.fileio import write_text_atomic
 from roar.core.tools import tool_env
 from roar.config.layout import stage_kind
+from roar.launch.pending import pending_stages
 
 SUBMISSIONS = Path(".roar") / "slurm"
 DEFAULTS = {"cpus": 1, "time": "04:00:00", "memory": "4G", "gpus": 0, "partition": None, "account": None,
@@ -89,27 +90,6 @@ def sbatch_options(resources: dict) -> list[str]:
         if resources[key]:
             options.append(f"--{key}={resources[key]}")
     return options + list(resources["extra"])
-
-
-def pending_stages(root: Path) -> dict[str, list[str]]:
-    """Each stage that must run (changed, or downstream of a changed one) mapped to the stages
-    among them it depends on, in an order where every stage follows its dependencies."""
-    import contextlib
-
-    import networkx as nx
-    from dvc.repo import Repo
-
-    # DVC names stages relative to the working directory (``recursive@...`` only from the root). Only
-    # ``root``'s own dvc.yaml counts: the project's other study folders are pipelines of their own.
-    with contextlib.chdir(root), Repo(".") as repo:
-        changed = set(repo.status(targets=["dvc.yaml"]))
-        graph = repo.index.graph  # an edge a -> b: stage a depends on stage b
-        names = {stage: stage.addressing for stage in graph.nodes}
-        todo = {stage for stage in graph.nodes if names[stage] in changed and stage.dvcfile.relpath == "dvc.yaml"}
-        for stage in list(todo):
-            todo |= nx.ancestors(graph, stage)
-        order = [s for s in reversed(list(nx.topological_sort(graph))) if s in todo]
-        return {names[s]: sorted(names[d] for d in graph.successors(s) if d in todo) for s in order}
 
 
 def job_script(root: Path, stage: str, command: str, resources: dict, log: Path) -> str:

@@ -1,9 +1,7 @@
-"""The Slurm executor's pieces that need no cluster: resources, scripts, the stage graph, states."""
+"""The Slurm executor's pieces that need no cluster: resources, scripts, states."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 from roar.launch.slurm import (
@@ -14,7 +12,6 @@ from roar.launch.slurm import (
     job_script,
     parse_sacct,
     parse_scontrol,
-    pending_stages,
     sbatch_options,
     summary,
 )
@@ -47,29 +44,6 @@ def test_job_script_runs_one_stage_with_its_resources(tmp_path: Path) -> None:
     assert "#SBATCH --kill-on-invalid-dep=yes" in lines and "#SBATCH --export=ALL" in lines
     assert [line for line in lines if line.startswith("#SBATCH --cpus")] == ["#SBATCH --cpus-per-task=1"]
     assert lines[-1] == "exec dvc --wait-for-lock repro --single-item 'recursive@a-b-c-0'"
-
-
-def test_pending_stages_are_the_changed_ones_and_everything_downstream(tmp_path: Path) -> None:
-    """A real DVC project: a -> b@1, b@2 -> c; after a and b@1 ran, a change to b@1's command
-    leaves b@1 and c to run (b@2 is up to date), c after b@1 only."""
-    (tmp_path / "dvc.yaml").write_text('''stages:
-  a: {cmd: echo a > a.txt, outs: [a.txt]}
-  b:
-    foreach: [1, 2]
-    do: {cmd: "cat a.txt > b${item}.txt", deps: [a.txt], outs: ["b${item}.txt"]}
-  c: {cmd: cat b1.txt b2.txt > c.txt, deps: [b1.txt, b2.txt], outs: [c.txt]}
-''')
-    env = {**os.environ}
-    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"]):
-        subprocess.run(cmd, cwd=tmp_path, check=True, env=env)
-    assert pending_stages(tmp_path) == {"a": [], "b@1": ["a"], "b@2": ["a"], "c": ["b@1", "b@2"]}
-    subprocess.run(["dvc", "repro", "-q"], cwd=tmp_path, check=True, env=env)
-    assert pending_stages(tmp_path) == {}
-    (tmp_path / "dvc.yaml").write_text((tmp_path / "dvc.yaml").read_text().replace(
-        'cmd: "cat a.txt > b${item}.txt"', 'cmd: "cat a.txt a.txt > b${item}.txt"'))
-    assert pending_stages(tmp_path) == {"b@1": [], "b@2": [], "c": ["b@1", "b@2"]}
-    subprocess.run(["dvc", "repro", "-q", "--single-item", "b@1"], cwd=tmp_path, check=True, env=env)
-    assert pending_stages(tmp_path) == {"b@2": [], "c": ["b@2"]}
 
 
 def test_states_from_sacct_and_scontrol_output() -> None:

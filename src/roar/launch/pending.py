@@ -1,0 +1,61 @@
+"""Which stages of a study must run: the changed ones, those downstream of them, and the inputs they need.
+
+A clone on another machine has a study's ``dvc.lock`` and its step records (``cache: false`` outputs that
+travel with git), but its DVC-cached models and masked data only where the DVC remote is reachable. A
+stage whose only change is that those cached outputs are missing is done: its committed records are what
+the report reads, so it is skipped (DVC's ``--allow-missing``). It runs again only when a stage that must
+run needs its outputs (a chain still to run needs the prepared data and its k = 0 model), and then makes
+the same bytes that ``dvc.lock`` holds. A stage whose records are missing is never done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+
+def pending_stages(root: Path) -> dict[str, list[str]]:
+    """Each stage of ``root``'s own ``dvc.yaml`` that must run, mapped to the stages among them it depends
+    on, in an order where every stage follows its dependencies."""
+    import networkx as nx
+    from dvc.repo import Repo, lock_repo
+
+    # DVC names stages relative to the working directory (``recursive@...`` only from the root). Only
+    # ``root``'s own dvc.yaml counts: the project's other study folders are pipelines of their own.
+    with contextlib.chdir(root), Repo(".") as repo, lock_repo(repo):
+        not_up_to_date = set(repo.status(targets=["dvc.yaml"]))
+        graph = repo.index.graph  # an edge a -> b: stage a depends on stage b
+        names = {stage: stage.addressing for stage in graph.nodes}
+        stale = {stage for stage in graph.nodes
+                 if names[stage] in not_up_to_date and stage.dvcfile.relpath == "dvc.yaml"}
+        todo = {stage for stage in stale if not _done_without_cache(stage, graph)}
+        for stage in list(todo):
+            todo |= nx.ancestors(graph, stage)
+        needed = list(todo)
+        while needed:  # the stages that make inputs of a stage to run which this workspace lacks
+            stage = needed.pop()
+            for dependency in graph.successors(stage):
+                if dependency in stale and dependency not in todo and _lacks_input_of(stage, dependency):
+                    todo.add(dependency)
+                    needed.append(dependency)
+        order = [s for s in reversed(list(nx.topological_sort(graph))) if s in todo]
+        return {names[s]: sorted(names[d] for d in graph.successors(s) if d in todo) for s in order}
+
+
+def _lacks_input_of(stage, producer) -> bool:
+    """Whether a dependency of ``stage`` that ``producer`` outputs is missing from the workspace."""
+    return any(not dep.exists and _overlap(dep.fs_path, out.fs_path) for dep in stage.deps for out in producer.outs)
+
+
+def _overlap(a: str, b: str) -> bool:
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
+def _done_without_cache(stage, graph) -> bool:
+    """Whether ``stage`` differs from its ``dvc.lock`` entry only by DVC-cached outputs (or their copies as
+    dependencies) missing from this workspace, with every uncached output (its records) present."""
+    if any(not out.hash_info for out in stage.outs):  # never ran here: no dvc.lock entry to stand for it
+        return False
+    if any(not out.use_cache and not out.exists for out in stage.outs):
+        return False
+    return not stage.changed(allow_missing=True, upstream=list(graph.successors(stage)))
