@@ -246,6 +246,7 @@ class ChainRunner(Runner):
             libraries=ctx.recipe["libraries"],
             run=RunFacts(self.study_run, chain_run, step_run, point.run_id, masked.run_id, self.tracker.commit,
                          point.seconds, masked.seconds))
+        record = ctx.store.as_committed(record, ctx.reusable_keys(k, source))
         ctx.store.write(record)
         at_step(None)
         return record, masked.splits

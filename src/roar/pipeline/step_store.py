@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from roar.core.fileio import content_hash
@@ -41,6 +41,26 @@ class StepStore:
 
     def write(self, record: StepRecord) -> None:
         record.write(self.record_path(record.k))
+
+    def as_committed(self, record: StepRecord, equivalent_keys: Collection[str]) -> StepRecord:
+        """``record`` as the record already at its path, when that one was made by code that ``roar provenance
+        verify`` showed to compute the same (its key one of ``equivalent_keys``) and holds the same result
+        (hashes, scores, leakage; its no-retrain scores are kept). A fresh clone, which has the committed
+        records but not the data and models, then recomputes a step and writes the committed bytes back:
+        dvc.lock stays as committed instead of re-keying the step to today's code. Else ``record``."""
+        path = self.record_path(record.k)
+        if not path.is_file():
+            return record
+        try:
+            committed = StepRecord.read(path)
+        except ValueError:
+            return record
+        if committed.step_key not in equivalent_keys:
+            return record
+        made_here = replace(committed, step_key=record.step_key, code_fingerprint=record.code_fingerprint,
+                            no_retrain=record.no_retrain, no_retrain_end_k=record.no_retrain_end_k,
+                            no_retrain_end=record.no_retrain_end)
+        return replace(committed, run=record.run) if made_here.to_json() == record.to_json() else record
 
     def load_done(self, k: int, step_keys: Collection[str], log: Callable[[str], None]) -> StepRecord | None:
         """The record of step ``k`` if it was made by the same inputs, params, code and libraries

@@ -295,3 +295,37 @@ def test_a_record_without_no_retrain_curves_is_completed_not_reused_as_is(projec
             assert on_disk["no_retrain"][curve]["value"] == pytest.approx(original[k]["no_retrain"][curve]["value"])
             assert on_disk["no_retrain"][curve]["model_hash"] == original[k]["no_retrain"][curve]["model_hash"]
     assert on_disk["no_retrain_end"]["k0-model"]["value"] == original[STEPS[-1]]["no_retrain_end"]["k0-model"]["value"]
+
+
+def test_a_fresh_clone_recomputing_a_chain_of_verified_code_writes_its_committed_records_back(
+        project: Path, monkeypatch) -> None:
+    """A fresh clone has the committed records but not the data and models. Its recompute under code that
+    `roar provenance verify` showed equivalent gives the same data and models, and must write the committed
+    record bytes back (their step key is the earlier code's), so dvc.lock does not change."""
+    import roar.pipeline.chain as chain_module
+    from roar.config.catalog import measure_spec
+
+    spec = ChainSpec("babi-1", "bilstm-attention", "random", 0, True)
+    current = chain_module.chain_code_fingerprint
+    monkeypatch.setattr(chain_module, "chain_code_fingerprint", lambda module: "code-before-a-cleanup")
+    runner = stage_runner(ChainRunner, chain_params(), Path("."), progress=False)
+    committed_runs = {r.k: r.run.step_run_id for r in runner.run_chain(spec)}
+    results = project / "results/babi-1/bilstm-attention/random/recursive/s0"
+    committed = {k: (results / f"k{k}.json").read_bytes() for k in STEPS}
+    for kind in ("data/masked", "models"):  # what a clone lacks
+        shutil.rmtree(project / f"{kind}/babi-1/bilstm-attention/random/recursive/s0")
+
+    monkeypatch.setattr(chain_module, "chain_code_fingerprint", current)
+    monkeypatch.setattr(chain_module, "_code_equivalents", lambda code, root: {code, "code-before-a-cleanup"})
+    records = stage_runner(ChainRunner, chain_params(), Path("."), progress=False).run_chain(spec)
+    assert all(r.run.step_run_id != committed_runs[r.k] for r in records)  # recomputed, not reused
+    assert {k: (results / f"k{k}.json").read_bytes() for k in STEPS} == committed
+    assert all(json.loads(committed[k])["code_fingerprint"] == "code-before-a-cleanup" for k in STEPS)
+
+    # code that was not verified equivalent re-keys the records
+    monkeypatch.setattr(chain_module, "_code_equivalents", lambda code, root: {code})
+    for kind in ("data/masked", "models"):
+        shutil.rmtree(project / f"{kind}/babi-1/bilstm-attention/random/recursive/s0")
+    stage_runner(ChainRunner, chain_params(), Path("."), progress=False).run_chain(spec)
+    rekeyed = json.loads((results / f"k{STEPS[0]}.json").read_text())
+    assert rekeyed["code_fingerprint"] == current(measure_spec("random").module) != "code-before-a-cleanup"
