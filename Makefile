@@ -19,7 +19,7 @@ setup: $(VENV)/.installed
 
 run: setup
 	@start=$$(date +%s); \
-	roar pipeline --jobs $(JOBS) && \
+	roar pipeline --jobs $(JOBS) --remake-missing && \
 	echo "[roar] make run: $$(( $$(date +%s) - start )) s" && \
 	echo "[roar] report: reports/racu.csv, reports/curves.csv, reports/points.csv" && \
 	if [ -n "$$MLFLOW_TRACKING_URI" ]; then echo "[roar] MLflow: $$MLFLOW_TRACKING_URI"; \

@@ -66,6 +66,9 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
                                              "finish within this time (e.g. 2h30m, 90m); then stop cleanly, write "
                                              "the partial report, say what is left and exit 75. Run again to "
                                              "resume."),
+             remake_missing: bool = typer.Option(False, "--remake-missing", help="Also rerun finished stages whose "
+                                                 "cached outputs (models, masked data) this machine lacks; by "
+                                                 "default their committed records stand for them."),
              study: str = STUDY) -> None:
     """Run the whole study (dvc repro, chains in parallel, or Slurm jobs), then push to the DVC remote."""
     import subprocess
@@ -94,7 +97,8 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
     if executor is Executor.slurm:
         from roar.launch.slurm import summary
 
-        submission = submit_pipeline(root, push=push, wait=wait, poll=poll, log=typer.echo)
+        submission = submit_pipeline(root, push=push, wait=wait, poll=poll, log=typer.echo,
+                                     remake_missing=remake_missing)
         if wait and submission.jobs:
             typer.echo(summary(submission))
             typer.echo(f"[roar] Slurm jobs finished in {time.perf_counter() - start:.0f} s")
@@ -105,9 +109,9 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
     if budget_seconds is not None:
         from roar.launch.budget import plan_budget
 
-        budget = plan_budget(root, loaded, budget_seconds, jobs, log=typer.echo)
+        budget = plan_budget(root, loaded, budget_seconds, jobs, log=typer.echo, remake_missing=remake_missing)
     try:
-        run_pipeline(root, jobs=jobs, log=typer.echo, gate=budget)
+        run_pipeline(root, jobs=jobs, log=typer.echo, gate=budget, remake_missing=remake_missing)
     except StoppedEarly:
         _stopped_by_budget(root, budget, jobs, time.perf_counter() - start)
     except RuntimeError as error:  # a stage failed: its output follows the first line

@@ -107,14 +107,15 @@ def _done_share(root: Path, stage) -> float:
     return min(1.0, done / stage.trainings)
 
 
-def plan_budget(root: Path, params: dict, seconds: float, jobs: int, log=print) -> TimeBudget:
+def plan_budget(root: Path, params: dict, seconds: float, jobs: int, log=print,
+                remake_missing: bool = False) -> TimeBudget:
     """The budget of a pipeline call in ``root``: ``seconds``, the plan's seconds of every stale stage
     (calibrated when no finished runs give a rate), less the part of each chain already done."""
     from roar.launch.plan import build_plan
 
     from roar.launch.pending import pending_stages
 
-    stale = set(pending_stages(root))
+    stale = set(pending_stages(root, remake_missing))
     plan = build_plan(params, str(root), root, jobs=jobs)
     if any(s.local_s is None for s in plan.stages if s.name in stale):
         log("[roar] time budget: no measured rate for some stages; calibrating (`roar plan --calibrate`)")

@@ -30,7 +30,7 @@ from roar.core.tools import tool_env
 from roar.launch.pending import pending_stages
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
-WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"))
+WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"), ("report",))
 # The study run's tag naming the folder it ran in (``.`` or ``studies/<name>``; see roar.launch.studies).
 STUDY_FOLDER_TAG = "roar.study_folder"
 
@@ -166,13 +166,15 @@ def workspace_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGate | None = None) -> dict[str, float]:
-    """Reproduce every stage; returns each stage's wall seconds. Raises on the first failure, and
-    at once when another pipeline runs in the same workspace. With a ``gate`` (a time budget), a stage
-    starts only when it admits it; after a wave with a refused stage the pipeline writes the partial
+def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGate | None = None,
+                 remake_missing: bool = False) -> dict[str, float]:
+    """Reproduce every stage that must run (:mod:`roar.launch.pending`; with ``remake_missing`` also those
+    whose only change is cached outputs absent here); returns each stage's wall seconds. Raises on the first
+    failure, and at once when another pipeline runs in the same workspace. With a ``gate`` (a time budget), a
+    stage starts only when it admits it; after a wave with a refused stage the pipeline writes the partial
     report, ends the study run and raises :class:`StoppedEarly` (a rerun resumes)."""
     with workspace_lock(root):
-        return _run_pipeline(root, jobs, log, gate)
+        return _run_pipeline(root, jobs, log, gate, remake_missing)
 
 
 def _open_study_run(root: Path):
@@ -202,16 +204,16 @@ def push_study(root: Path, env: dict | None = None) -> int:
     return subprocess.run(["dvc", "push", "-q", "dvc.yaml"], cwd=root, env=tool_env(env)).returncode
 
 
-def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None) -> dict[str, float]:
+def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_missing: bool) -> dict[str, float]:
     env = tool_env()  # before the study run opens: refuses at once when dvc is nowhere
     _, tracker, study_run = _open_study_run(root)
     tracker.client.set_tag(study_run, "roar.executor", "local")
     env |= {"ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
     names = stage_names(root)
-    pending = pending_stages(root)
+    pending = pending_stages(root, remake_missing)
     if len(pending) < len(names):
         log(f"[roar] {len(names) - len(pending)} of {len(names)} stage(s) done: up to date, or with their records "
-            "committed and their cached outputs not needed here")
+            "committed and their cached outputs not needed here (--remake-missing remakes those)")
     waves = [sorted((n for n in names if stage_kind(n) in wave and n in pending), key=_cost_rank) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)
     refused: list[str] = []
@@ -280,7 +282,7 @@ def _final_repro(root: Path, env: dict) -> int:
 
 
 def submit_pipeline(root: Path = Path("."), push: bool = True, wait: bool = False, poll: float = 10.0,
-                    log=print):
+                    log=print, remake_missing: bool = False):
     """Submit the stages that are not done as Slurm jobs (:mod:`roar.launch.slurm`); with ``wait``, poll
     until they finish and end the study run FAILED if any did not complete. Returns the submission."""
     from roar.launch import slurm
@@ -295,7 +297,7 @@ def submit_pipeline(root: Path = Path("."), push: bool = True, wait: bool = Fals
         tracker.client.set_tag(study_run, "roar.executor", "slurm")
         try:
             submission = slurm.submit(root, (params.get("runtime") or {}).get("slurm"), study_run,
-                                      slurm.study_env(study_run, tracker.uri), push, log)
+                                      slurm.study_env(study_run, tracker.uri), push, log, remake_missing)
         except BaseException:
             tracker.end(study_run, failed=True)
             raise

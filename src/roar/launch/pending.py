@@ -5,7 +5,10 @@ travel with git), but its DVC-cached models and masked data only where the DVC r
 stage whose only change is that those cached outputs are missing is done: its committed records are what
 the report reads, so it is skipped (DVC's ``--allow-missing``). It runs again only when a stage that must
 run needs its outputs (a chain still to run needs the prepared data and its k = 0 model), and then makes
-the same bytes that ``dvc.lock`` holds. A stage whose records are missing is never done.
+the same bytes that ``dvc.lock`` holds. A stage whose records are missing is never done, nor is the
+report (its figures are cheap to remake and are what a reader opens). ``remake_missing`` turns the rule
+off: every stage whose outputs are absent runs (a reproduction from scratch, as ``make run`` does on a
+fresh clone).
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from roar.config.layout import stage_kind
 
-def pending_stages(root: Path) -> dict[str, list[str]]:
+
+def pending_stages(root: Path, remake_missing: bool = False) -> dict[str, list[str]]:
     """Each stage of ``root``'s own ``dvc.yaml`` that must run, mapped to the stages among them it depends
     on, in an order where every stage follows its dependencies."""
     import networkx as nx
@@ -28,7 +33,8 @@ def pending_stages(root: Path) -> dict[str, list[str]]:
         names = {stage: stage.addressing for stage in graph.nodes}
         stale = {stage for stage in graph.nodes
                  if names[stage] in not_up_to_date and stage.dvcfile.relpath == "dvc.yaml"}
-        todo = {stage for stage in stale if not _done_without_cache(stage, graph)}
+        todo = {stage for stage in stale
+                if remake_missing or stage_kind(names[stage]) == "report" or not _done_without_cache(stage, graph)}
         for stage in list(todo):
             todo |= nx.ancestors(graph, stage)
         needed = list(todo)

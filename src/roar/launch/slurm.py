@@ -204,13 +204,14 @@ def check_cluster() -> None:
                         "start it or ask the cluster's admins, or use --executor local")
 
 
-def submit(root: Path, slurm: dict | None, study_run_id: str, env: dict, push: bool, log=print) -> Submission:
+def submit(root: Path, slurm: dict | None, study_run_id: str, env: dict, push: bool, log=print,
+           remake_missing: bool = False) -> Submission:
     """Submit every stage that is not up to date, then the ``finish`` job; returns the submission
     (with no jobs when everything is up to date)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     folder = root / SUBMISSIONS / stamp
     submission = Submission(str(folder), study_run_id, stamp)
-    stages = pending_stages(root)
+    stages = pending_stages(root, remake_missing)
     if not stages:
         return submission
     folder.mkdir(parents=True)
