@@ -60,7 +60,11 @@ class StepStore:
         made_here = replace(committed, step_key=record.step_key, code_fingerprint=record.code_fingerprint,
                             no_retrain=record.no_retrain, no_retrain_end_k=record.no_retrain_end_k,
                             no_retrain_end=record.no_retrain_end)
-        return replace(committed, run=record.run) if made_here.to_json() == record.to_json() else record
+        if made_here.to_json() != record.to_json():
+            return record
+        # the committed no-retrain scores are kept, so the seconds their scoring took come with them
+        return replace(committed, run=replace(record.run, scoring_seconds=committed.run.scoring_seconds,
+                                              end_scoring_seconds=committed.run.end_scoring_seconds))
 
     def load_done(self, k: int, step_keys: Collection[str], log: Callable[[str], None]) -> StepRecord | None:
         """The record of step ``k`` if it was made by the same inputs, params, code and libraries

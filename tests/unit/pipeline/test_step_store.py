@@ -29,11 +29,13 @@ def test_without_a_record_on_disk_the_new_record_is_written(tmp_path: Path) -> N
 def test_a_committed_record_of_verified_code_with_the_same_result_is_kept_with_the_new_run(tmp_path: Path) -> None:
     store = _store(tmp_path)
     committed = replace(_record("key-old", "code-old"), no_retrain={"k0-model": CurveScore(0.4, "a", "b")})
+    committed = committed.with_run(scoring_seconds={"k0-model": 1.5})
     store.write(committed)
     kept = store.as_committed(_record("key-new", "code-new", run="run-b"), {"key-new", "key-old"})
     assert (kept.step_key, kept.code_fingerprint) == ("key-old", "code-old")
     assert kept.no_retrain == committed.no_retrain  # its no-retrain scores too (rescored only if hashes differ)
     assert kept.run.step_run_id == "run-b"  # the run facts are this run's (runs/, not a DVC output)
+    assert kept.run.scoring_seconds == {"k0-model": 1.5}  # but the kept scores' seconds are the committed run's
 
 
 def test_a_committed_record_of_unverified_code_is_replaced(tmp_path: Path) -> None:
