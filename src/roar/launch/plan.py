@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roar.core.errors import RoarError
-from roar.launch.local import WAVES as LAUNCH_WAVES
+from roar.launch.local import WAVES  # the pipeline's waves, the report's last
 from roar.config.params import section, study_from_params
 from roar.config.layout import mode_name
 from roar.config.catalog import model_family
@@ -47,8 +47,6 @@ APPROX_SIZES: dict[str, tuple[tuple[int, int, int] | None, float]] = {
 }
 TRANSFORMER_POSITIONS = 512  # longest input of the transformer (RoBERTa-base)
 BABI_OFFICIAL = (10_000, 1_000)  # en-10k questions per task: train (validation split off it), test
-# roar pipeline's waves, then the final `dvc repro` (the report)
-WAVES = (*LAUNCH_WAVES, ("report",))
 
 
 @dataclass(frozen=True)
