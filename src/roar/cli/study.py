@@ -72,24 +72,29 @@ def study_compare(names: list[str] = typer.Argument(..., help="Studies to compar
                                                                "(`default` or a folder under studies/)."),
                   ks: str = typer.Option("10,20,30", "--k", help="Masking steps whose mean score each row shows."),
                   out: Path = typer.Option(None, "--out", help="Also write comparison.md, racu.csv and curves.csv "
-                                                               "into this folder (replaced whole).")) -> None:
+                                                               "into this folder (replaced whole)."),
+                  published: Path = typer.Option(None, "--published", help="Published RACU values to show beside "
+                                                 "the chains they report, e.g. "
+                                                 "configs/published/madsen-2022-racu.csv.")) -> None:
     """Studies side by side from their committed reports: what each changes against the first, its RACU
-    against the Recursive and the plain ROAR random curve, and its mean score at a few k."""
+    against the Recursive and the plain ROAR random curve, and its mean score at a few k; with
+    ``--published``, a paper's values beside them."""
     from roar.config.layout import project_root
     from roar.config.params import load_params
     from roar.core.errors import RoarError
     from roar.core.fileio import atomic_dir
     from roar.launch.studies import resolve_study
-    from roar.report.comparison import compare_studies, comparison_markdown, read_points
+    from roar.report.comparison import compare_studies, comparison_markdown, read_points, read_published
 
     try:
         steps = [int(k) for k in ks.split(",")]
     except ValueError:
         raise RoarError(f"--k {ks!r}: give masking steps as integers separated by commas, e.g. 10,20,30") from None
+    reference = None if published is None else read_published(published)
     root = project_root()
     folders = [(name, resolve_study(name, root)) for name in names]
     studies = [(name, load_params(folder / "params.yaml"), read_points(folder, name)) for name, folder in folders]
-    racu, curves = compare_studies(studies, steps)
+    racu, curves = compare_studies(studies, steps, reference)
     table = comparison_markdown(racu, curves, steps)
     typer.echo(table, nl=False)
     if out is not None:

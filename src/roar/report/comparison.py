@@ -4,6 +4,8 @@ changes against the first one named (an ablation: one option switched back per s
 Each study's RACU is recomputed from its committed ``reports/points.csv`` against both random baselines
 (the Recursive ROAR random curve, roar's, and the plain ROAR one, the official code's) where the study has
 the chains for them, so that the baseline is one more row of an ablation, not another study to run.
+Published values (a paper's RACU table, ``configs/published/``) join as rows of their own beside the
+chains they report, against the baseline they were computed with.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from roar.report.tables import racu_per_seed, summarise_racu
 COMPARISON_COLUMNS = ["study", "changes", "dataset", "model", "measure", "mode", "racu_baseline", "racu_mean",
                       "racu_low", "racu_high", "n_seeds", "interval"]
 SETTINGS = ("fidelity", *STUDY_SECTIONS)  # the params that make a study's numbers
+PUBLISHED_COLUMNS = ["dataset", "model", "measure", "mode", "racu_baseline", "racu", "racu_low", "racu_high",
+                     "n_seeds", "source"]
 IGNORED = {"study.name", "study.seeds"}  # a study's name and seeds are not settings of the method
 
 
@@ -62,9 +66,11 @@ def racu_both_baselines(points: pd.DataFrame, study: Study) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=COMPARISON_COLUMNS)
 
 
-def compare_studies(studies: list[tuple[str, dict, pd.DataFrame]], ks: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def compare_studies(studies: list[tuple[str, dict, pd.DataFrame]], ks: list[int],
+                    published: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``studies``: (name, resolved params, points) with the reference first. Returns the RACU table
-    (``COMPARISON_COLUMNS``) and the curve table: the mean retrained score at each of ``ks`` per chain."""
+    (``COMPARISON_COLUMNS``) and the curve table: the mean retrained score at each of ``ks`` per chain.
+    ``published`` (:func:`read_published`) adds its rows for the chains the studies have, without curve points."""
     reference = studies[0][1]
     racu_rows, curve_rows = [], []
     for name, params, points in studies:
@@ -81,7 +87,36 @@ def compare_studies(studies: list[tuple[str, dict, pd.DataFrame]], ks: list[int]
             curve_rows.append({"study": name, "changes": changed, "dataset": key[0], "model": key[1], "measure": key[2],
                                "mode": mode_name(key[3]), "n_seeds": group["seed"].nunique()}
                               | {f"k{k}": means.get(k, math.nan) for k in ks})
+    chains = {(c["dataset"], c["model"], c["measure"], c["mode"]) for c in curve_rows}
+    for row in ([] if published is None else published.to_dict("records")):
+        if (row["dataset"], row["model"], row["measure"], row["mode"]) not in chains:
+            continue
+        interval = "not available" if math.isnan(row["racu_low"]) else "published"
+        info = {"study": row["source"], "changes": f"published values (interval {interval})",
+                **{c: row[c] for c in ("dataset", "model", "measure", "mode")}}
+        racu_rows.append(info | {"racu_baseline": row["racu_baseline"], "racu_mean": row["racu"],
+                                 "racu_low": row["racu_low"], "racu_high": row["racu_high"], "n_seeds": row["n_seeds"],
+                                 "interval": interval})
+        curve_rows.append(info | {"n_seeds": row["n_seeds"]} | {f"k{k}": math.nan for k in ks})
     return pd.DataFrame(racu_rows, columns=COMPARISON_COLUMNS), pd.DataFrame(curve_rows)
+
+
+def read_published(path: Path) -> pd.DataFrame:
+    """Published RACU values (``PUBLISHED_COLUMNS``; the interval may be empty), or a one-line error naming
+    what is wrong with the file."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--published {path}: no such file")
+    table = pd.read_csv(path)
+    missing = [c for c in PUBLISHED_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"--published {path}: lacks the column(s) {', '.join(missing)}; "
+                         f"expected {', '.join(PUBLISHED_COLUMNS)}")
+    bad = table[~table["racu_baseline"].isin(RACU_BASELINES) | ~table["mode"].isin(("recursive", "roar"))]
+    if not bad.empty:
+        raise ValueError(f"--published {path}: row {bad.index[0] + 2} has mode {bad['mode'].iloc[0]!r} and "
+                         f"racu_baseline {bad['racu_baseline'].iloc[0]!r}; allowed: recursive or roar, "
+                         f"{' or '.join(RACU_BASELINES)}")
+    return table.astype({"racu": float, "racu_low": float, "racu_high": float})
 
 
 def comparison_markdown(racu: pd.DataFrame, curves: pd.DataFrame, ks: list[int]) -> str:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from roar.config.params import load_params
-from roar.report.comparison import changes, compare_studies, comparison_markdown, read_points
+from roar.report.comparison import changes, compare_studies, comparison_markdown, read_points, read_published
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -83,3 +83,40 @@ def test_the_command_refuses_bad_steps_and_compares_the_committed_default_study(
     assert result.exit_code == 0, result.output
     committed = pd.read_csv(REPO / "reports" / "racu.csv").set_index("measure")["racu_mean"]
     assert f"| gradient | recursive | default | 3 | {100 * committed['gradient']:.1f} [" in result.output
+
+
+def test_published_values_join_beside_the_chains_they_report(tmp_path):
+    path = tmp_path / "paper.csv"
+    path.write_text("dataset,model,measure,mode,racu_baseline,racu,racu_low,racu_high,n_seeds,source\n"
+                    "babi-1,bilstm-attention,gradient,recursive,plain-random,0.661,,,5,Paper 2022\n"
+                    "babi-1,bilstm-attention,attention,recursive,plain-random,0.665,0.6,0.7,5,Paper 2022\n")
+    params = study_params(measures=["random", "gradient"], roar_measures=["random"])
+    curves = {("random", True): [1.0, 0.6, 0.2], ("random", False): [1.0, 0.8, 0.2], ("gradient", True): [1.0, 0.2, 0.2]}
+    racu, curve_table = compare_studies([("ref", params, points(curves))], [50], read_published(path))
+    paper = racu[racu["study"] == "Paper 2022"]
+    assert len(paper) == 1  # attention: no study has the chain
+    assert paper.iloc[0]["racu_mean"] == pytest.approx(0.661) and paper.iloc[0]["interval"] == "not available"
+    table = comparison_markdown(racu, curve_table, [50])
+    assert "- **Paper 2022**: published values (interval not available)" in table
+    # beside the study's row, in the plain-random column (ours: 60.0 % against the same baseline)
+    assert ("| gradient | recursive | ref | 1 | 50.0 | 60.0 | 0.200 |\n"
+            "| gradient | recursive | Paper 2022 | 5 | — | 66.1 | — |") in table
+
+
+@pytest.mark.parametrize("text, message", [
+    ("dataset,model,measure,mode,racu\n", r"lacks the column\(s\) racu_baseline, racu_low"),
+    ("dataset,model,measure,mode,racu_baseline,racu,racu_low,racu_high,n_seeds,source\n"
+     "babi-1,bilstm-attention,gradient,recursive,random,0.6,,,5,x\n",
+     r"row 2 has mode 'recursive' and racu_baseline 'random'; allowed: recursive or roar, recursive-random or "
+     r"plain-random"),
+])
+def test_a_bad_published_file_is_refused_in_one_line(tmp_path, text, message):
+    path = tmp_path / "paper.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        read_published(path)
+
+
+def test_the_committed_published_values_read():
+    table = read_published(REPO / "configs/published/madsen-2022-racu.csv")
+    assert set(table["measure"]) == {"attention", "gradient", "input-x-gradient", "integrated-gradient"}
