@@ -76,3 +76,19 @@ def test_lookup_of_dotted_keys() -> None:
     assert lookup(prints, "fingerprints.chain.occlusion") is None and lookup(prints, "fingerprints.chain") is None
     assert fingerprint_key("recursive", "gradient") == "fingerprints.chain.gradient"
     assert fingerprint_key("train_all_masked") == "fingerprints.train"
+
+
+def test_every_committed_step_record_was_made_by_todays_code_or_code_verified_to_compute_the_same() -> None:
+    """A fresh clone writes a committed record back only when its code is one of these (StepStore.as_committed);
+    a record of unrecorded code is re-keyed there, and dvc.lock changes though nothing else did."""
+    import json
+
+    provenance = read_provenance(REPO)
+    unknown = []
+    for path in [*REPO.glob("results/**/k*.json"), *REPO.glob("studies/*/results/**/k*.json")]:
+        record = json.loads(path.read_text())
+        known = equivalent_fingerprints(provenance["fingerprints"]["chain"][record["measure"]],
+                                        provenance.get("verified") or [])
+        if record["code_fingerprint"] not in known:
+            unknown.append(f"{path.relative_to(REPO)}: {record['code_fingerprint'][:12]}")
+    assert unknown == []
