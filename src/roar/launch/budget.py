@@ -125,4 +125,14 @@ def plan_budget(root: Path, params: dict, seconds: float, jobs: int, log=print,
         if stage.name in stale:
             planned[stage.name] = None if stage.local_s is None else (
                 STAGE_OVERHEAD_S + stage.compute_s * (1.0 - _done_share(root, stage)))
+    log(opening_line(seconds, planned, jobs))
     return TimeBudget(seconds, planned)
+
+
+def opening_line(seconds: float, planned: dict[str, float | None], jobs: int) -> str:
+    """What a budgeted call starts with: its budget and the plan's wall time for every stage still to do."""
+    known = [s for s in planned.values() if s is not None]
+    wall = f"about {makespan(known, jobs) / 3600:.1f} h on {jobs} worker(s) by the plan" + (
+        f" ({len(planned) - len(known)} without a rate)" if len(known) < len(planned) else "")
+    return (f"[roar] time budget {seconds / 60:.0f} min: {len(planned)} stage(s) to do, {wall}; "
+            "each starts only if it is expected to finish in time")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from roar.core.errors import RoarError
-from roar.launch.budget import TimeBudget, parse_duration
+from roar.launch.budget import TimeBudget, opening_line, parse_duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("2h30m", 9000), ("90m", 5400), ("1.5h", 5400), ("45s", 45),
@@ -63,3 +63,11 @@ def test_the_pace_stays_within_a_factor_of_four() -> None:
     budget = TimeBudget(60.0, {"a": 1000.0}, Clock())
     budget.finished("a", 1.0)
     assert budget.pace == 0.25
+
+
+def test_the_opening_line_states_the_budget_and_the_plans_wall_time():
+    # 3600 and 1800 s on 2 workers: 1.0 h; one stage without a rate is named as such
+    line = opening_line(5400, {"a": 3600.0, "b": 1800.0, "c": None}, 2)
+    assert line == ("[roar] time budget 90 min: 3 stage(s) to do, about 1.0 h on 2 worker(s) by the plan "
+                    "(1 without a rate); each starts only if it is expected to finish in time")
+    assert "about 1.5 h on 1 worker(s) by the plan;" in opening_line(60, {"a": 3600.0, "b": 1800.0}, 1)
