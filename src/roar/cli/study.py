@@ -90,11 +90,11 @@ def study_compare(names: list[str] = typer.Argument(..., help="Studies to compar
         steps = [int(k) for k in ks.split(",")]
     except ValueError:
         raise RoarError(f"--k {ks!r}: give masking steps as integers separated by commas, e.g. 10,20,30") from None
-    reference = None if published is None else read_published(published)
+    published_values = None if published is None else read_published(published)
     root = project_root()
     folders = [(name, resolve_study(name, root)) for name in names]
     studies = [(name, load_params(folder / "params.yaml"), read_points(folder, name)) for name, folder in folders]
-    racu, curves = compare_studies(studies, steps, reference)
+    racu, curves = compare_studies(studies, steps, published_values)
     table = comparison_markdown(racu, curves, steps)
     typer.echo(table, nl=False)
     if out is not None:

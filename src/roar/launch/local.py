@@ -275,8 +275,9 @@ def _stop_early(root: Path, env: dict, tracker, study_run: str, log) -> None:
 
 
 def _final_repro(root: Path, env: dict) -> int:
-    """A whole-pipeline ``dvc repro``: runs what is left (the report) and proves the pipeline complete. A stage
-    whose only change is cached outputs absent here is done (:mod:`roar.launch.pending`): ``--allow-missing``."""
+    """A whole-pipeline ``dvc repro``: proves the pipeline complete (after the waves or the Slurm jobs it finds
+    nothing to run). A stage whose only change is cached outputs absent here is done
+    (:mod:`roar.launch.pending`): ``--allow-missing``."""
     return subprocess.run(["dvc", "--wait-for-lock", "repro", "--allow-missing"], cwd=root, env=env,
                           stdout=sys.stdout, stderr=sys.stderr).returncode
 
