@@ -155,10 +155,10 @@ def _why_stale(status: dict, lock: dict) -> list[str]:
     [] when only outputs (and the inputs other stages make from them) are missing."""
     from roar.pipeline.provenance import PROVENANCE_FILE
 
-    code, params, other = set(), set(), set()
+    code, params, other, unlocked = set(), set(), set(), []
     for stage, changes in status.items():
         if stage not in (lock.get("stages") or {}):
-            other.add(f"stage {stage} is not in dvc.lock (the study's grid changed)")
+            unlocked.append(stage)
             continue
         for change in changes:
             if not isinstance(change, dict):
@@ -183,6 +183,9 @@ def _why_stale(status: dict, lock: dict) -> list[str]:
                        "computes the same, or `roar pipeline` reruns)")
     if params:
         reasons.append(f"params changed: {', '.join(sorted(params))}")
+    if unlocked:  # one clause, not one per stage: a study run in pieces has dozens
+        reasons.append(f"{len(unlocked)} stage(s) not in dvc.lock, e.g. {min(unlocked)} (not run yet: a study run "
+                       "in pieces, or a grid that grew; `roar pipeline` runs them)")
     return reasons + sorted(other)
 
 

@@ -110,8 +110,10 @@ def test_study_status_says_why_a_study_is_stale():
                                     {"changed outs": {"results/a/s0": "not in cache"}}],
                     "report": [{"changed deps": {"results": "modified"}}]}
     assert _why_stale(only_missing, lock) == []
-    assert _why_stale({"new@b": [{"changed outs": {"x": "not in cache"}}]}, lock) == [
-        "stage new@b is not in dvc.lock (the study's grid changed)"]
+    unlocked = {f"new@b-{i}": [{"changed outs": {"x": "not in cache"}}] for i in (2, 1, 3)}
+    assert _why_stale(unlocked, lock) == [  # one clause for all of them (a study run in pieces has dozens)
+        "3 stage(s) not in dvc.lock, e.g. new@b-1 (not run yet: a study run in pieces, or a grid that grew; "
+        "`roar pipeline` runs them)"]
 
 
 def test_study_status_of_a_study_never_run(tmp_path, monkeypatch):
