@@ -115,7 +115,7 @@ def plan_budget(root: Path, params: dict, seconds: float, jobs: int, log=print,
 
     from roar.launch.pending import pending_stages
 
-    stale = set(pending_stages(root, remake_missing))
+    stale = set(pending_stages(root, remake_missing, log))
     plan = build_plan(params, str(root), root, jobs=jobs)
     if any(s.local_s is None for s in plan.stages if s.name in stale):
         log("[roar] time budget: no measured rate for some stages; calibrating (`roar plan --calibrate`)")

@@ -210,7 +210,7 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
     tracker.client.set_tag(study_run, "roar.executor", "local")
     env |= {"ROAR_STUDY_RUN_ID": study_run, "MLFLOW_TRACKING_URI": tracker.uri}
     names = stage_names(root)
-    pending = pending_stages(root, remake_missing)
+    pending = pending_stages(root, remake_missing, log)
     if len(pending) < len(names):
         log(f"[roar] {len(names) - len(pending)} of {len(names)} stage(s) done: up to date, or with their records "
             "committed and their cached outputs not needed here (--remake-missing remakes those)")

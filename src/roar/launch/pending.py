@@ -14,12 +14,14 @@ fresh clone).
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 from pathlib import Path
 
 from roar.config.layout import stage_kind
 
 
-def pending_stages(root: Path, remake_missing: bool = False) -> dict[str, list[str]]:
+def pending_stages(root: Path, remake_missing: bool = False, log=print) -> dict[str, list[str]]:
     """Each stage of ``root``'s own ``dvc.yaml`` that must run, mapped to the stages among them it depends
     on, in an order where every stage follows its dependencies."""
     import networkx as nx
@@ -28,6 +30,9 @@ def pending_stages(root: Path, remake_missing: bool = False) -> dict[str, list[s
     # DVC names stages relative to the working directory (``recursive@...`` only from the root). Only
     # ``root``'s own dvc.yaml counts: the project's other study folders are pipelines of their own.
     with contextlib.chdir(root), Repo(".") as repo, lock_repo(repo):
+        if clear_corrupt_rwlock(repo):
+            log(f"[roar] removed {os.path.relpath(os.path.join(repo.tmp_dir, 'rwlock'))}: a DVC process killed while "
+                "writing it (a job at its time limit, a kill -9) had left it unreadable; DVC rebuilds it")
         not_up_to_date = set(repo.status(targets=["dvc.yaml"]))
         graph = repo.index.graph  # an edge a -> b: stage a depends on stage b
         names = {stage: stage.addressing for stage in graph.nodes}
@@ -46,6 +51,31 @@ def pending_stages(root: Path, remake_missing: bool = False) -> dict[str, list[s
                     needed.append(dependency)
         order = [s for s in reversed(list(nx.topological_sort(graph))) if s in todo]
         return {names[s]: sorted(names[d] for d in graph.successors(s) if d in todo) for s in order}
+
+
+def clear_corrupt_rwlock(repo) -> bool:
+    """Remove DVC's per-path lock file (``.dvc/tmp/rwlock``) if it is not valid JSON; whether it did.
+
+    DVC truncates and rewrites that file on every stage start and end; a process killed in between (Slurm
+    signals a job's processes one by one at its time limit) leaves it empty, and every later DVC command then
+    fails with "RWLockFileCorruptedError" until someone deletes it by hand, which is DVC's own advice. Read
+    under DVC's guard of that file, so a writer still at work is waited for, not mistaken for a dead one.
+    """
+    from dvc.lock import make_lock
+
+    path = os.path.join(repo.tmp_dir, "rwlock")
+    if not os.path.exists(path):
+        return False
+    guard = make_lock(os.path.join(repo.tmp_dir, "rwlock.lock"), tmp_dir=repo.tmp_dir,
+                      hardlink_lock=repo.config["core"].get("hardlink_lock", False))
+    with guard:
+        try:
+            with open(path, encoding="utf-8") as file:
+                json.load(file)
+            return False
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            os.unlink(path)
+            return True
 
 
 def _lacks_input_of(stage, producer) -> bool:

@@ -211,7 +211,7 @@ def submit(root: Path, slurm: dict | None, study_run_id: str, env: dict, push: b
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     folder = root / SUBMISSIONS / stamp
     submission = Submission(str(folder), study_run_id, stamp)
-    stages = pending_stages(root, remake_missing)
+    stages = pending_stages(root, remake_missing, log)
     if not stages:
         return submission
     folder.mkdir(parents=True)

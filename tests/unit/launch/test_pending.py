@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -59,3 +60,23 @@ def test_a_stage_whose_only_change_is_its_missing_cache_is_done_unless_a_stage_t
     assert pending_stages(tmp_path) == {}
     (tmp_path / "r2.txt").unlink()
     assert pending_stages(tmp_path) == {"a": [], "b@2": ["a"], "c": ["b@2"]}
+
+
+def test_an_rwlock_left_unreadable_by_a_killed_dvc_process_is_removed_and_a_readable_one_kept(tmp_path: Path) -> None:
+    """A DVC process killed while rewriting ``.dvc/tmp/rwlock`` (a Slurm job at its time limit, CI of stop 29) leaves
+    it empty, and every DVC command after it failed with RWLockFileCorruptedError. pending_stages removes that file,
+    says so in one line, and answers; a readable one (another study's live lock entries) is left as it was."""
+    env = _project(tmp_path, "stages:\n  a: {cmd: echo a > a.txt, outs: [a.txt]}\n")
+    rwlock = tmp_path / ".dvc" / "tmp" / "rwlock"
+    rwlock.parent.mkdir(parents=True, exist_ok=True)
+    rwlock.write_text("")
+    said: list[str] = []
+    assert pending_stages(tmp_path, log=said.append) == {"a": []}
+    json.loads(rwlock.read_text())  # rebuilt by DVC's status, readable
+    assert len(said) == 1 and "removed .dvc/tmp/rwlock" in said[0] and "killed" in said[0], said
+    subprocess.run(["dvc", "repro", "-q"], cwd=tmp_path, check=True, env=env)  # DVC runs again after it
+    live = '{"write": {"/elsewhere/out": {"pid": 1, "cmd": "dvc repro"}}}'
+    rwlock.write_text(live)
+    said.clear()
+    assert pending_stages(tmp_path, log=said.append) == {}
+    assert rwlock.read_text() == live and said == []
