@@ -62,6 +62,14 @@ def _cost_rank(stage: str) -> tuple[int, str]:
     return by_cost[-1].cost_rank + 1, stage
 
 
+def piece_rank(stage: str) -> tuple[int, int, tuple[int, str]]:
+    """The start order under a time budget (a study run in pieces): whole seeds first and, within a seed, its
+    random chains (every measure's RACU baseline) before the costliest. A stop then leaves seeds that the
+    partial report can score, not the costliest measure of every seed and no baseline to score it against."""
+    seed = stage.rpartition("-")[2]
+    return (int(seed) if seed.isdigit() else -1, 0 if "-random-" in stage else 1, _cost_rank(stage))
+
+
 def stage_names(root: Path) -> list[str]:
     out = subprocess.run(["dvc", "stage", "list", "--name-only"], cwd=root, env=tool_env(), capture_output=True,
                          text=True, check=True).stdout
@@ -214,7 +222,8 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
     if len(pending) < len(names):
         log(f"[roar] {len(names) - len(pending)} of {len(names)} stage(s) done: up to date, or with their records "
             "committed and their cached outputs not needed here (--remake-missing remakes those)")
-    waves = [sorted((n for n in names if stage_kind(n) in wave and n in pending), key=_cost_rank) for wave in WAVES]
+    order = _cost_rank if gate is None else piece_rank
+    waves = [sorted((n for n in names if stage_kind(n) in wave and n in pending), key=order) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)
     refused: list[str] = []
     for wave, stages in zip(WAVES, waves):

@@ -61,3 +61,20 @@ def test_local_pipeline_spawns_dvc_with_the_tool_env(monkeypatch, tmp_path):
     (tmp_path / ".dvc" / "config").write_text("[core]\n    no_scm = true\n")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert "report" in stage_names(tmp_path)
+
+
+def test_a_study_run_in_pieces_starts_whole_seeds_with_their_random_baseline_first() -> None:
+    """Under a time budget the stages of seed 0 come before seed 1's, and within a seed the random chains
+    (the RACU baseline) before the costliest (integrated gradients); without one, the costliest first."""
+    from roar.launch.local import _cost_rank, piece_rank
+
+    stages = [f"{kind}@babi-1-bilstm-attention-{measure}-{seed}" for seed in (1, 0)
+              for kind, measure in (("recursive", "integrated-gradient"), ("roar", "random"),
+                                    ("recursive", "attention"), ("recursive", "random"))]
+    assert sorted(stages, key=piece_rank) == [
+        "recursive@babi-1-bilstm-attention-random-0", "roar@babi-1-bilstm-attention-random-0",
+        "recursive@babi-1-bilstm-attention-integrated-gradient-0", "recursive@babi-1-bilstm-attention-attention-0",
+        "recursive@babi-1-bilstm-attention-random-1", "roar@babi-1-bilstm-attention-random-1",
+        "recursive@babi-1-bilstm-attention-integrated-gradient-1", "recursive@babi-1-bilstm-attention-attention-1"]
+    assert sorted(stages, key=_cost_rank)[:2] == ["recursive@babi-1-bilstm-attention-integrated-gradient-0",
+                                                  "recursive@babi-1-bilstm-attention-integrated-gradient-1"]
