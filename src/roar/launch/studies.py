@@ -189,6 +189,19 @@ def _why_stale(status: dict, lock: dict) -> list[str]:
     return reasons + sorted(other)
 
 
+def _records_missing(repo, lock: dict) -> list[str]:
+    """A clause naming the locked stages whose uncached outputs (step records, reports: what git carries) are
+    absent: no remote can restore them, only recomputing can (studies run before records travelled with git)."""
+    locked = lock.get("stages") or {}
+    lost = sorted(stage.addressing for stage in repo.index.stages
+                  if stage.dvcfile.relpath == "dvc.yaml" and stage.addressing in locked
+                  and any(not out.use_cache and not out.exists for out in stage.outs))
+    if not lost:
+        return []
+    return [f"{len(lost)} stage(s) lack their step records, which git should carry, e.g. {lost[0]} (made before "
+            "records were committed, or deleted): no DVC pull restores them; `roar pipeline` recomputes them"]
+
+
 def _missing_outputs(status: dict) -> dict[str, str]:
     """The outputs ``dvc status`` reports absent: path -> ``not in cache`` or ``deleted`` (in the cache)."""
     return {path: state for changes in status.values() for change in changes if isinstance(change, dict)
@@ -251,7 +264,7 @@ def _locked_study_status(folder: Path, where: str, name: str, lock: dict, run: s
         status = repo.status(targets=["dvc.yaml"])
         if not status:
             return StudyStatus(name, where, UP_TO_DATE)
-        why = _why_stale(status, lock)
+        why = _why_stale(status, lock) + _records_missing(repo, lock)
         if why:
             return StudyStatus(name, where, STALE, "; ".join(why))
         missing = _missing_outputs(status)

@@ -159,3 +159,26 @@ def test_study_status_of_a_study_a_pipeline_is_running_names_the_lock_holder(tmp
     assert status.why == f"a DVC command holds its lock (PID {os.getpid()}): {command}", status.why
     assert status.todo == "ask again when it has finished"
     assert study_status(tmp_path, "default").state != BUSY  # the lock released
+
+
+def test_study_status_says_when_step_records_git_should_carry_are_missing(tmp_path):
+    """A locked stage whose uncached output (a step record: git carries it, no DVC remote does) is absent: the
+    status says so and that only recomputing restores it (the four studies run before records travelled with
+    git read "code of report changed" and sent users to `roar provenance verify`, which cannot help them)."""
+    import subprocess
+    import sys
+
+    from roar.launch.studies import STALE, UP_TO_DATE, study_status
+
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"chain": {
+        "cmd": "echo a > rec.json", "outs": [{"rec.json": {"cache": False}}]}}}))
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"chain": {
+        "cmd": "echo a > rec.json", "outs": [{"path": "rec.json", "hash": "md5",
+                                              "md5": "60b725f10c9c85c70d97880dfe8191b3", "size": 2}]}}}))
+    status = study_status(tmp_path, "default")
+    assert status.state == STALE, status
+    assert status.why.startswith("1 stage(s) lack their step records, which git should carry, e.g. chain"), status.why
+    assert "`roar pipeline` recomputes them" in status.why
+    (tmp_path / "rec.json").write_text("a\n")
+    assert study_status(tmp_path, "default").state == UP_TO_DATE
