@@ -36,12 +36,9 @@ def curve_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
     written = []
     for (dataset, model), frame in curves.groupby(["dataset", "model"], sort=True):
         modes = sorted(frame["recursive"].unique(), reverse=True)  # recursive first
-        random = frame[frame["measure"] == "random"]
         fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4), squeeze=False, sharey=True)
         for ax, recursive in zip(axes[0], modes):
-            panel = frame[frame["recursive"] == recursive]
-            if not recursive:  # plain ROAR is compared with the same random chain
-                panel = pd.concat([panel, random])
+            panel = panel_curves(frame, recursive)
             for measure, line in panel.groupby("measure", sort=True):
                 line = line.sort_values("k")
                 style = measure_style(measure)
@@ -54,6 +51,16 @@ def curve_figures(curves: pd.DataFrame, out: Path) -> list[Path]:
         axes[0][0].set_ylabel(frame["metric"].iloc[0])
         written += legend_and_save(fig, axes[0][-1], out, f"curves-{dataset}-{model}")
     return written
+
+
+def panel_curves(frame: pd.DataFrame, recursive: bool) -> pd.DataFrame:
+    """The curves of one mode's panel, with its random line: its own chain's, else the other mode's. Random
+    scores do not depend on the step, so random masks are the same in both modes and a study runs the random
+    chain in one of them (the default study recursively; the official preset as plain ROAR, its RACU baseline)."""
+    panel = frame[frame["recursive"] == recursive]
+    if (panel["measure"] == "random").any():
+        return panel
+    return pd.concat([panel, frame[frame["measure"] == "random"]])
 
 
 def legend_and_save(fig, legend_axes, out: Path, stem: str) -> list[Path]:
