@@ -240,6 +240,7 @@ def study_status(root: Path, name: str) -> StudyStatus:
     in the workspace nor in the DVC cache; run or pull it), stale (and why), or busy (a pipeline runs)."""
     import yaml
     from dvc.lock import LockError
+    from dvc.rwlock import RWLockFileCorruptedError
 
     root = Path(root)
     folder = root if name == DEFAULT else root / STUDIES / name
@@ -254,6 +255,10 @@ def study_status(root: Path, name: str) -> StudyStatus:
         holder = next((line.strip() for line in str(error).splitlines() if line.strip().startswith("(PID")), "")
         return StudyStatus(name, where, BUSY, f"a DVC command holds its lock {holder}".rstrip(),
                            "ask again when it has finished")
+    except RWLockFileCorruptedError:
+        return StudyStatus(name, where, BUSY, "DVC's lock file .dvc/tmp/rwlock is unreadable (a DVC process was "
+                           "killed while writing it)", "`roar pipeline` removes it (or delete it while no DVC "
+                           "command runs), then ask again")
 
 
 def _locked_study_status(folder: Path, where: str, name: str, lock: dict, run: str) -> StudyStatus:

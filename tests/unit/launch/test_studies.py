@@ -182,3 +182,23 @@ def test_study_status_says_when_step_records_git_should_carry_are_missing(tmp_pa
     assert "`roar pipeline` recomputes them" in status.why
     (tmp_path / "rec.json").write_text("a\n")
     assert study_status(tmp_path, "default").state == UP_TO_DATE
+
+
+def test_study_status_with_an_rwlock_a_killed_dvc_process_left_unreadable_says_what_to_do(tmp_path):
+    """DVC fails every command on an empty ``.dvc/tmp/rwlock`` (a process killed mid-write); the status says so in
+    one line and names the cure instead of raising DVC's RWLockFileCorruptedError."""
+    import subprocess
+    import sys
+
+    from roar.launch.studies import BUSY, study_status
+
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"make": {"cmd": "echo a > out.txt",
+                                                                           "outs": ["out.txt"]}}}))
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"make": {
+        "cmd": "echo a > out.txt", "outs": [{"path": "out.txt", "md5": "0" * 32, "size": 2}]}}}))
+    (tmp_path / ".dvc" / "tmp").mkdir(exist_ok=True)
+    (tmp_path / ".dvc" / "tmp" / "rwlock").write_text("")
+    status = study_status(tmp_path, "default")
+    assert status.state == BUSY and "rwlock is unreadable" in status.why, status
+    assert status.todo.startswith("`roar pipeline` removes it")
