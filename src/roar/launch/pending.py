@@ -78,6 +78,11 @@ def clear_corrupt_rwlock(repo) -> bool:
             return True
 
 
+def lacks_records(stage) -> bool:
+    """Whether an uncached output of ``stage`` (its step records: what git carries, no DVC remote) is absent."""
+    return any(not out.use_cache and not out.exists for out in stage.outs)
+
+
 def _lacks_input_of(stage, producer) -> bool:
     """Whether a dependency of ``stage`` that ``producer`` outputs is missing from the workspace."""
     return any(not dep.exists and _overlap(dep.fs_path, out.fs_path) for dep in stage.deps for out in producer.outs)
@@ -92,6 +97,6 @@ def _done_without_cache(stage, graph) -> bool:
     dependencies) missing from this workspace, with every uncached output (its records) present."""
     if any(not out.hash_info for out in stage.outs):  # never ran here: no dvc.lock entry to stand for it
         return False
-    if any(not out.use_cache and not out.exists for out in stage.outs):
+    if lacks_records(stage):
         return False
     return not stage.changed(allow_missing=True, upstream=list(graph.successors(stage)))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from roar.core.errors import RoarError
 from roar.core.fileio import write_text_atomic
+from roar.launch.pending import lacks_records
 from roar.config.layout import STUDIES, project_root
 
 DEFAULT = "default"  # the name of the study at the project root
@@ -194,8 +195,7 @@ def _records_missing(repo, lock: dict) -> list[str]:
     absent: no remote can restore them, only recomputing can (studies run before records travelled with git)."""
     locked = lock.get("stages") or {}
     lost = sorted(stage.addressing for stage in repo.index.stages
-                  if stage.dvcfile.relpath == "dvc.yaml" and stage.addressing in locked
-                  and any(not out.use_cache and not out.exists for out in stage.outs))
+                  if stage.dvcfile.relpath == "dvc.yaml" and stage.addressing in locked and lacks_records(stage))
     if not lost:
         return []
     return [f"{len(lost)} stage(s) lack their step records, which git should carry, e.g. {lost[0]} (made before "
