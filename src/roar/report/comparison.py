@@ -121,13 +121,17 @@ def read_published(path: Path) -> pd.DataFrame:
 
 def comparison_markdown(racu: pd.DataFrame, curves: pd.DataFrame, ks: list[int]) -> str:
     """What each study changes against the first, then one table grouped by chain: each study's RACU against
-    each baseline (mean and interval over its seeds; none for the random chains) and its mean score at ``ks``."""
-    def cell(rows: pd.DataFrame) -> str:
+    each baseline (mean and interval over its seeds; none for the random chains) and its mean score at ``ks``.
+    ``seeds`` counts the seeds with curve points; a RACU over fewer (a seed whose random chain has not run yet)
+    says its own ``n``, so a partial study never reads as averaged over more seeds than it is."""
+    def cell(rows: pd.DataFrame, curve_seeds: int) -> str:
+        """The RACU with its interval, and its seed count where fewer seeds than the curve's have a baseline."""
         if rows.empty:
             return "—"
         r = rows.iloc[0]
         interval = "" if math.isnan(r["racu_low"]) else f" [{percent(r['racu_low'])}, {percent(r['racu_high'])}]"
-        return f"{percent(r['racu_mean'])}{interval}"
+        fewer = f" (n={r['n_seeds']})" if r["n_seeds"] < curve_seeds else ""
+        return f"{percent(r['racu_mean'])}{interval}{fewer}"
 
     order = list(dict.fromkeys(curves["study"]))
     lines = [f"- **{name}**: {curves.loc[curves['study'] == name, 'changes'].iloc[0]}" for name in order] + [""]
@@ -140,7 +144,7 @@ def comparison_markdown(racu: pd.DataFrame, curves: pd.DataFrame, ks: list[int])
         mine = racu[(racu["study"] == c["study"]) & (racu["dataset"] == c["dataset"]) & (racu["model"] == c["model"])
                     & (racu["measure"] == c["measure"]) & (racu["mode"] == c["mode"])]
         rows.append([c["measure"], c["mode"], c["study"], str(c["n_seeds"]),
-                     *(cell(mine[mine["racu_baseline"] == b]) for b in RACU_BASELINES),
+                     *(cell(mine[mine["racu_baseline"] == b], c["n_seeds"]) for b in RACU_BASELINES),
                      *(number(c[f"k{k}"], ".3f") for k in ks)])
     return "\n".join(lines + markdown_table(header, rows)) + "\n"
 

@@ -54,6 +54,18 @@ def test_racu_against_both_baselines_and_the_changes_by_hand():
     assert "| random | roar | other | 1 | — | — | 0.800 |" in table
 
 
+def test_a_racu_over_fewer_seeds_than_its_curve_says_its_own_n():
+    # seed 1 has a gradient curve but no random chain yet (a study run in pieces): the RACU is seed 0's alone
+    params = study_params(measures=["random", "gradient"], roar_measures=[], seeds=[0, 1])
+    seed0 = points({("random", True): [1.0, 0.6, 0.2], ("gradient", True): [1.0, 0.2, 0.2]})
+    seed1 = points({("gradient", True): [1.0, 0.4, 0.2]}).assign(seed=1)
+    racu, curve_table = compare_studies([("ref", params, pd.concat([seed0, seed1], ignore_index=True))], [50])
+    assert racu.iloc[0]["n_seeds"] == 1
+    table = comparison_markdown(racu, curve_table, [50])
+    assert "| gradient | recursive | ref | 2 | 50.0 (n=1) | — | 0.300 |" in table
+    assert "| random | recursive | ref | 1 | — | — | 0.600 |" in table
+
+
 def test_a_study_without_the_plain_random_chain_has_no_plain_baseline_racu():
     params = study_params(measures=["random", "gradient"], roar_measures=[])
     racu, _ = compare_studies([("ref", params, points({("random", True): [1.0, 0.6, 0.2],
