@@ -28,19 +28,28 @@ def provenance_update() -> None:
 
 
 @command("verify", group=provenance_app)
-def provenance_verify() -> None:
+def provenance_verify(
+    full_size: bool = typer.Option(False, "--full-size",
+                                   help="Run the sample steps at their studies' own sizes (slow for paper-scale "
+                                        "studies) instead of a few hundred examples and two epochs."),
+) -> None:
     """Re-key every study's locked stages whose code changed, where sample steps recomputed under the
     old and the new code come out byte-identical; the rest stay stale for `dvc repro`."""
     from roar.config.layout import project_root
     from roar.launch.verify import verify_code_change
 
-    result = verify_code_change(project_root(Path(".")), log=typer.echo)
+    result = verify_code_change(project_root(Path(".")), log=typer.echo, full_size=full_size)
     for entry in result.verified:
         typer.echo(f"verified {entry['key']}: {entry['sample']} ({entry['files_identical']} files identical)")
     for study, count in result.rekeyed.items():
         typer.echo(f"{study}/dvc.lock: {count} stages re-keyed")
+    for where, why in sorted(result.left.items()):
+        typer.echo(f"stays stale: {where} ({why})", err=True)
     if result.failed:
         for key, differences in result.failed.items():
             typer.echo(f"changed {key}: {'; '.join(differences[:3])}", err=True)
-        fail(RuntimeError(f"{len(result.failed)} fingerprint keys compute other outputs now; their stages stay "
-                          "stale: `dvc repro` (or `roar pipeline`) recomputes them"))
+        fail(RuntimeError(f"{len(result.left)} stages compute other outputs now ({', '.join(sorted(result.failed))}); "
+                          "they stay stale: `dvc repro` (or `roar pipeline`) recomputes them"))
+    if result.left:
+        fail(RuntimeError(f"{len(result.left)} stages could not be verified; they stay stale: `dvc repro` "
+                          "(or `roar pipeline`) recomputes them"))

@@ -3,22 +3,26 @@
 When a stage kind's fingerprint in ``provenance.yaml`` differs from the one a study's ``dvc.lock``
 recorded (or the lock predates fingerprints), :func:`verify_code_change`:
 
-1. finds those stale stages in every study (the root and ``studies/*``), grouped by fingerprint key
-   (``fingerprints.chain.<measure>``, ``fingerprints.train``, ...) and by the commit their lock was
-   made at;
-2. picks one sample per key, dataset and model: the first step of one chain (lowest seed) of the
-   first study that has it;
-3. runs the samples from scratch twice, beside each other, in scratch folders: once under the code
+1. finds those stale stages in every study (the root and ``studies/*``), each with the fingerprint
+   its lock recorded and the commit whose code had that fingerprint (the lock's own commit, else the
+   newest commit whose ``provenance.yaml`` holds it);
+2. plans one scratch project per study, dataset, model and old commit: the study's own settings at
+   a sample size (``SAMPLE_ROWS`` examples per split, at most ``SAMPLE_EPOCHS`` epochs per training),
+   one seed, the first masking step of every stale chain; so a paper-scale study is sampled as
+   cheaply as a quick one, and each study's options (fidelity, target, masked training, ...) are
+   exercised by a sample of its own;
+3. runs each project from scratch twice, beside each other, in scratch folders: once under the code
    of that commit (a detached git worktree) and once under the working tree's code. Each scratch
    project runs the stage commands (prepare, the k = 0 model, the sample chains cut to their first
-   step; the first project of a commit also the k = 100 model and the report), so the verifier relies
+   step; a study's first project also the k = 100 model and the report), so the verifier relies
    only on those commands, not on library APIs that may have moved;
 4. compares every data and model file byte for byte (CPU runs are deterministic), the step records'
    computed fields, and the report's tables;
-5. re-keys, in every ``dvc.lock``, the stale stages of the keys whose samples all matched (their code
-   fingerprint param, the code file dependencies of older locks dropped) and logs each verification
-   in ``provenance.yaml``, where a chain's step store also finds it. Keys that did not match stay
-   stale: ``dvc repro`` recomputes them.
+5. re-keys, in each ``dvc.lock``, the stale stages whose project matched for their key (their code
+   fingerprint param, the code file dependencies of older locks dropped), so a change that moves one
+   model family's outputs leaves only that family's stages stale. A change is logged in
+   ``provenance.yaml`` (where a chain's step store honours it for reuse) only for a key whose samples
+   matched in every study; stages that did not match stay stale: ``dvc repro`` recomputes them.
 """
 
 from __future__ import annotations
@@ -58,6 +62,10 @@ for argv in json.loads(sys.argv[1]):
 RUN_FIELDS = ("run_id", "git_commit", "seconds", "step_key", "code_fingerprint", "libraries", "_path")
 # Report tables that hold run times.
 TIMED_TABLES = ("compute",)
+# A sample project's size: examples kept per split (``prepare.<dataset>.limit``) and the most epochs per
+# training. The code paths are the study's; only its loops are shorter.
+SAMPLE_ROWS = 240
+SAMPLE_EPOCHS = 2
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,12 @@ class StaleStage:
     key: str  # its provenance key, e.g. ``fingerprints.chain.gradient``
     argv: tuple[str, ...]  # the roar command it ran, without ``roar``
     revision: str  # the commit its dvc.lock was last committed at
+    locked: str | None = None  # the fingerprint its lock recorded (None: a lock from before fingerprints)
+
+    @property
+    def target(self) -> tuple[str, str] | None:
+        """(dataset, model) of the stage; None for the report, which covers the whole study."""
+        return None if self.argv[0] == "report" else _stage_target(self.argv)
 
 
 @dataclass
@@ -85,11 +99,11 @@ class ScratchProject:
     first_step: int
     chains: list[tuple[str, bool]] = field(default_factory=list)  # (measure, recursive)
     keys: set[str] = field(default_factory=set)
-    report: bool = True  # also the k = 100 model and the report (once per code revision is enough)
+    report: bool = True  # also the k = 100 model and the report (once per study and old commit)
 
     @property
     def label(self) -> str:
-        return f"{self.name}-{self.dataset}-{self.model}-s{self.seed}"
+        return f"{self.name}-{self.dataset}-{self.model}-s{self.seed}-{self.revision[:7]}"
 
 
 def _lock_revision(root: Path, lock: Path) -> str:
@@ -127,61 +141,102 @@ def stale_stages(root: Path, fingerprints: dict) -> list[StaleStage]:
                            if Path(path).name == PROVENANCE_FILE), None)
             if locked != lookup(fingerprints, key):
                 revision = revision or _lock_revision(root, lock)
-                stale.append(StaleStage(study, name, key, argv, revision))
+                stale.append(StaleStage(study, name, key, argv, revision, locked))
     return stale
 
 
-def plan_samples(stale: list[StaleStage], study_params: Callable[[Path], dict]) -> list[ScratchProject]:
-    """One sample per (key, dataset, model, revision): the first step of a stale chain of the first study
-    that has one (lowest seed). Every scratch project also runs prepare, the reference models and the
-    report, so their keys are sampled by every project; a dataset and model with only those stale gets a
-    project of its own."""
+def code_revision(root: Path, stage: StaleStage, fingerprints_at: Callable[[str], dict]) -> str | None:
+    """The commit whose code made ``stage``: its lock's commit when that commit's fingerprint for the stage's
+    key is the one the lock recorded (or the lock recorded none), else the newest commit whose
+    ``provenance.yaml`` holds that fingerprint; None when no commit does (the stage cannot be verified).
+    ``fingerprints_at(commit)``: that commit's ``provenance.yaml`` fingerprints."""
+    if stage.locked is None or lookup(fingerprints_at(stage.revision), stage.key) == stage.locked:
+        return stage.revision
+    commits = _git(root, "log", "--format=%H", f"{stage.revision}", "--", PROVENANCE_FILE).split()
+    return next((c for c in commits if lookup(fingerprints_at(c), stage.key) == stage.locked), None)
+
+
+def committed_fingerprints(root: Path) -> Callable[[str], dict]:
+    """``commit -> the fingerprints of its provenance.yaml`` (empty where it has none), read once per commit."""
+    import yaml
+
+    cache: dict[str, dict] = {}
+
+    def at(commit: str) -> dict:
+        if commit not in cache:
+            shown = subprocess.run(["git", "show", f"{commit}:{PROVENANCE_FILE}"], cwd=root, capture_output=True,
+                                   text=True)
+            cache[commit] = ((yaml.safe_load(shown.stdout) or {}).get("fingerprints") or {}) if not shown.returncode \
+                else {}
+        return cache[commit]
+    return at
+
+
+def plan_samples(stale: list[StaleStage], study_params: Callable[[Path], dict],
+                 revision_of: Callable[[StaleStage], str | None] = lambda stage: stage.revision
+                 ) -> tuple[list[ScratchProject], dict[StaleStage, ScratchProject]]:
+    """One scratch project per (study, dataset, model, old commit) with stale stages, and the project that
+    samples each stale stage. A project runs the study's lowest stale seed (else its first) and the first
+    step of every stale chain (measure and mode) of its dataset and model, whichever seed the stale stage
+    has; prepare and the reference models are in every project, the report and the k = 100 model in the
+    first project of each study and commit. ``revision_of``: the commit whose code made a stage
+    (:func:`code_revision`); a stage without one gets no project."""
     projects: dict[tuple, ScratchProject] = {}
-    covered: set[tuple[str, str, str, str]] = set()
-
-    def project_for(stage: StaleStage, seed: int | None = None) -> ScratchProject:
-        study = study_params(stage.study)["study"]
-        dataset, model = (_stage_target(stage.argv) if stage.argv[0] != "report"
-                          else (study["datasets"][0], study["models"][0]))
-        seed = int(study["seeds"][0]) if seed is None else seed
-        return projects.setdefault((stage.study, stage.revision, dataset, model), ScratchProject(
-            stage.study, study["name"], stage.revision, dataset, model, seed, int(study["steps"][0])))
-
-    for stage in sorted((s for s in stale if s.argv[0] == "chain"), key=lambda s: (str(s.study), int(s.argv[4]))):
-        sample = (stage.key, *_stage_target(stage.argv), stage.revision)
-        if sample in covered:
+    sampled: dict[StaleStage, ScratchProject] = {}
+    reporting: set[tuple[Path, str]] = set()
+    ordered = sorted(stale, key=lambda s: (str(s.study), s.argv[0] != "chain", int(s.argv[4]) if s.argv[0] == "chain"
+                                           else 0))
+    for stage in ordered:
+        revision = revision_of(stage)
+        if revision is None:
             continue
-        project = project_for(stage, int(stage.argv[4]))
-        if int(stage.argv[4]) != project.seed:
-            continue  # the project samples another seed; this key is sampled at the next study or not at all
-        covered.add(sample)
-        project.chains.append((stage.argv[3], "--recursive" in stage.argv))
+        study = study_params(stage.study)["study"]
+        dataset, model = stage.target or (study["datasets"][0], study["models"][0])
+        if stage.target is None:  # the report: any project of the study at that commit samples it
+            project = next((p for p in projects.values() if (p.study, p.revision) == (stage.study, revision)), None)
+        else:
+            project = None
+        if project is None:
+            seed = int(stage.argv[4]) if stage.argv[0] == "chain" else int(study["seeds"][0])
+            project = projects.setdefault((stage.study, dataset, model, revision), ScratchProject(
+                stage.study, study["name"], revision, dataset, model, seed, int(study["steps"][0]), report=False))
+        if stage.argv[0] == "chain":
+            chain = (stage.argv[3], "--recursive" in stage.argv)
+            if chain not in project.chains:
+                project.chains.append(chain)
         project.keys.add(stage.key)
-    for stage in (s for s in stale if s.argv[0] != "chain"):  # prepare, the reference models, the report
-        target = _stage_target(stage.argv) if stage.argv[0] != "report" else None
-        if not any(p.revision == stage.revision and (target is None or (p.dataset, p.model) == target)
-                   for p in projects.values()):
-            project_for(stage)
-    reporting: set[str] = set()
+        sampled[stage] = project
     for project in projects.values():
-        project.report = project.revision not in reporting
-        reporting.add(project.revision)
+        project.report = (project.study, project.revision) not in reporting
+        reporting.add((project.study, project.revision))
         project.keys |= {"fingerprints.prepare", "fingerprints.train"} | (
             {"fingerprints.report"} if project.report else set())
-    return list(projects.values())
+    return list(projects.values()), sampled
 
 
-def scratch_params(params: dict, project: ScratchProject) -> dict:
+def scratch_params(params: dict, project: ScratchProject, full_size: bool = False) -> dict:
     """The study's params cut to the project: one dataset, model and seed, the first step, the sample
-    chains, one torch thread (old and new code run beside each other). The RACU baseline goes back to the
+    chains, one torch thread (old and new code run beside each other), and unless ``full_size``, at most
+    ``SAMPLE_ROWS`` examples per split and ``SAMPLE_EPOCHS`` epochs. The RACU baseline goes back to the
     Recursive ROAR random curve: the plain one needs a plain random chain that the samples may not have."""
+    from roar.config.train_config import TrainConfig
+
     study = dict(params["study"])
     study.update(datasets=[project.dataset], models=[project.model], seeds=[project.seed],
                  steps=[project.first_step],
                  measures=[m for m, recursive in project.chains if recursive],
                  roar_measures=[m for m, recursive in project.chains if not recursive],
                  racu_baseline=RACU_BASELINES[0])
-    return {**params, "study": study, "runtime": {**(params.get("runtime") or {}), "threads": 1}}
+    cut = {**params, "study": study, "runtime": {**(params.get("runtime") or {}), "threads": 1}}
+    if not full_size:
+        prepare = dict((params.get("prepare") or {}).get(project.dataset) or {})
+        prepare["limit"] = min(prepare.get("limit") or SAMPLE_ROWS, SAMPLE_ROWS)
+        train = dict(((params.get("train") or {}).get(project.model) or {}).get(project.dataset) or {})
+        train["epochs"] = min(int(train.get("epochs", TrainConfig.epochs)), SAMPLE_EPOCHS)
+        cut["prepare"] = {**(params.get("prepare") or {}), project.dataset: prepare}
+        cut["train"] = {**(params.get("train") or {}),
+                        project.model: {**((params.get("train") or {}).get(project.model) or {}), project.dataset: train}}
+    return cut
 
 
 def _commands(project: ScratchProject) -> list[list[str]]:
@@ -194,13 +249,14 @@ def _commands(project: ScratchProject) -> list[list[str]]:
     return commands
 
 
-def run_project(project: ScratchProject, params: dict, code: Path, folder: Path, log: Callable[[str], None]) -> None:
+def run_project(project: ScratchProject, params: dict, code: Path, folder: Path, log: Callable[[str], None],
+                full_size: bool = False) -> None:
     """Run the scratch project in ``folder`` under the library at ``code`` (a ``src`` folder), through the
     stage commands, with a tracking store of its own."""
     import yaml
 
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "params.yaml").write_text(yaml.safe_dump(scratch_params(params, project), sort_keys=False))
+    (folder / "params.yaml").write_text(yaml.safe_dump(scratch_params(params, project, full_size), sort_keys=False))
     env = {**os.environ, "PYTHONPATH": str(code), "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
            "ROAR_STUDY_RUN_ID": ""}
     done = subprocess.run([sys.executable, "-c", RUN_COMMANDS, json.dumps(_commands(project))], cwd=folder, env=env,
@@ -303,35 +359,27 @@ except ImportError:
 
 @dataclass
 class Verification:
-    """What :func:`verify_code_change` found: keys verified (with the log entries written), keys whose
-    samples differed (with the differences), and the stages re-keyed per study."""
+    """What :func:`verify_code_change` found: keys verified in every study (with the log entries written),
+    keys whose samples differed somewhere (with the differences), the stages re-keyed per study, and the
+    stale stages left as they were (with why)."""
 
     verified: list[dict] = field(default_factory=list)
     failed: dict[str, list[str]] = field(default_factory=dict)
     rekeyed: dict[str, int] = field(default_factory=dict)
     stale: int = 0
+    left: dict[str, str] = field(default_factory=dict)  # "<study>: <stage>" -> why it stays stale
 
 
 def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: int = 2) -> Verification:
-    """Bring every study's ``dvc.lock`` up to date with the working tree's code where sample steps prove
-    that the outputs are unchanged (module docstring); returns what it found."""
+def _run_projects(root: Path, projects: list[ScratchProject], scratch: Path, log: Callable[[str], None],
+                  workers: int, full_size: bool) -> tuple[dict[str, dict], dict[str, tuple[int, list[str]]]]:
+    """Run every project under its old commit's code and under the working tree's; returns each old commit's
+    fingerprints (computed by its own code) and each project's (files compared, differences)."""
     from roar.config.params import load_params
 
-    root = root.resolve()
-    fingerprints = write_provenance(root)["fingerprints"]
-    stale = stale_stages(root, fingerprints)
-    result = Verification(stale=len(stale))
-    if not stale:
-        log("every study's dvc.lock holds the current code's fingerprints: nothing to verify")
-        return result
-    projects = plan_samples(stale, lambda study: load_params(study / "params.yaml"))
-    log(f"{len(stale)} locked stages were made by other code; sampling {sum(len(p.chains) for p in projects)} "
-        f"chain steps in {len(projects)} scratch projects, each under the old and the new code")
-    scratch = Path(tempfile.mkdtemp(prefix="roar-verify-"))
     code = {rev: scratch / f"code-{rev[:12]}" for rev in {p.revision for p in projects}}
     try:
         for rev, path in code.items():
@@ -342,8 +390,8 @@ def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: 
         jobs = [(p, src, scratch / which / p.label) for p in projects
                 for which, src in (("old", code[p.revision] / "src"), ("new", root / "src"))]
         with ThreadPoolExecutor(workers) as pool:
-            for future in [pool.submit(run_project, p, load_params(p.study / "params.yaml"), src, folder, log)
-                           for p, src, folder in jobs]:
+            for future in [pool.submit(run_project, p, load_params(p.study / "params.yaml"), src, folder, log,
+                                       full_size) for p, src, folder in jobs]:
                 future.result()
         outcome = {}
         for project in projects:
@@ -353,34 +401,71 @@ def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: 
     finally:
         for path in code.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=root, capture_output=True)
+    return old_fps, outcome
+
+
+def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: int = 2,
+                       full_size: bool = False) -> Verification:
+    """Bring every study's ``dvc.lock`` up to date with the working tree's code where sample steps prove
+    that the outputs are unchanged (module docstring); returns what it found. ``full_size``: run the samples
+    at their studies' own sizes instead of ``SAMPLE_ROWS`` and ``SAMPLE_EPOCHS``."""
+    from roar.config.params import load_params
+
+    root = root.resolve()
+    fingerprints = write_provenance(root)["fingerprints"]
+    stale = stale_stages(root, fingerprints)
+    result = Verification(stale=len(stale))
+    if not stale:
+        log("every study's dvc.lock holds the current code's fingerprints: nothing to verify")
+        return result
+    fingerprints_at = committed_fingerprints(root)
+    revisions = {stage: code_revision(root, stage, fingerprints_at) for stage in stale}
+    projects, sampled = plan_samples(stale, lambda study: load_params(study / "params.yaml"), revisions.get)
+    log(f"{len(stale)} locked stages were made by other code; sampling {sum(len(p.chains) for p in projects)} "
+        f"chain steps in {len(projects)} scratch projects, each under the old and the new code"
+        + ("" if full_size else f" ({SAMPLE_ROWS} examples per split, at most {SAMPLE_EPOCHS} epochs)"))
+    scratch = Path(tempfile.mkdtemp(prefix="roar-verify-"))
+    old_fps, outcome = _run_projects(root, projects, scratch, log, workers, full_size) if projects else ({}, {})
     head = _git(root, "rev-parse", "HEAD")
     dirty = bool(_git(root, "status", "--porcelain", "--", "src"))
-    by_key: dict[tuple[str, str], list[ScratchProject]] = {}
-    stale_keys = {(s.key, s.revision) for s in stale}
-    for project in projects:
-        for key in project.keys:
-            if (key, project.revision) in stale_keys:
-                by_key.setdefault((key, project.revision), []).append(project)
-    for (key, revision), samples in sorted(by_key.items()):
-        differences = [f"{p.label}: {d}" for p in samples for d in outcome[p.label][1] if owner(d) == key]
-        if differences:
-            result.failed[key] = differences
+    matched: set[StaleStage] = set()
+    for stage in stale:
+        where = f"{stage.study.relative_to(root).as_posix()}: {stage.name}"
+        project = sampled.get(stage)
+        if project is None:
+            result.left[where] = (f"no commit's provenance.yaml holds its locked code fingerprint "
+                                  f"{(stage.locked or '')[:12]}")
             continue
-        sample = samples[0]
+        differences = [f"{project.label}: {d}" for d in outcome[project.label][1] if owner(d) == stage.key]
+        if differences:
+            result.failed.setdefault(stage.key, [])
+            result.failed[stage.key] += [d for d in differences if d not in result.failed[stage.key]]
+            result.left[where] = f"its sample {project.label} computed other outputs"
+        else:
+            matched.add(stage)
+    by_change: dict[tuple[str, str], list[StaleStage]] = {}
+    for stage in stale:
+        if stage in sampled:
+            old = stage.locked or lookup(old_fps[sampled[stage].revision], stage.key)
+            by_change.setdefault((stage.key, old), []).append(stage)
+    for (key, old), stages in sorted(by_change.items()):
+        if key in result.failed or any(stage not in matched for stage in stages):
+            continue  # logged only where every study's sample matched: the log is read for every study
+        sample = sampled[stages[0]]
         chain = next((f"{m} ({'recursive' if r else 'roar'})" for m, r in sample.chains if key.endswith(f".{m}")),
                      "prepare, the k = 0 and k = 100 models, the report")
         result.verified.append({
-            "key": key, "from": lookup(old_fps[revision], key), "to": lookup(fingerprints, key),
-            "from_revision": revision[:12], "to_revision": head[:12] + (" + working tree" if dirty else ""),
-            "sample": f"{sample.label} k={sample.first_step}: {chain}",
-            "files_identical": outcome[sample.label][0]})
-    ok = {(entry["key"], entry["from_revision"]) for entry in result.verified}
-    for study in sorted({s.study for s in stale}):
-        names = {s.name for s in stale if s.study == study and (s.key, s.revision[:12]) in ok}
-        if names:
-            path = Path(os.path.relpath(root / PROVENANCE_FILE, study)).as_posix()
-            result.rekeyed[str(study.relative_to(root))] = rekey_lock(
-                study / "dvc.lock", {s.key: lookup(fingerprints, s.key) for s in stale}, names, path)
+            "key": key, "from": old, "to": lookup(fingerprints, key),
+            "from_revision": sample.revision[:12], "to_revision": head[:12] + (" + working tree" if dirty else ""),
+            "sample": f"{sample.label} k={sample.first_step}: {chain}"
+                      + ("" if full_size else f" ({SAMPLE_ROWS} examples per split, {SAMPLE_EPOCHS} epochs)"),
+            "files_identical": outcome[sample.label][0],
+            "studies": len({s.study for s in stages})})
+    for study in sorted({s.study for s in matched}):
+        names = {s.name for s in matched if s.study == study}
+        path = Path(os.path.relpath(root / PROVENANCE_FILE, study)).as_posix()
+        result.rekeyed[str(study.relative_to(root))] = rekey_lock(
+            study / "dvc.lock", {s.key: lookup(fingerprints, s.key) for s in stale}, names, path)
     write_provenance(root, (read_provenance(root).get("verified") or []) + result.verified)
     if result.failed:
         log(f"the scratch runs stay in {scratch} to compare")

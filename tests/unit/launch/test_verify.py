@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from roar.launch.verify import (StaleStage, compare_projects, owner, plan_samples, rekey_lock, scratch_params,
-                               stale_stages)
+from roar.launch.verify import (SAMPLE_EPOCHS, SAMPLE_ROWS, StaleStage, code_revision, committed_fingerprints,
+                               compare_projects, owner, plan_samples, rekey_lock, scratch_params, stale_stages)
 
 PARAMS = {"study": {"name": "s", "datasets": ["d"], "models": ["m"], "seeds": [0, 1], "steps": [10, 20]}}
 CHAIN_G0 = ("chain", "d", "m", "g", "0", "--recursive", "--skip-unsupported", "--no-progress")
@@ -22,32 +22,67 @@ def chain(study: Path, measure: str, seed: int, revision: str = "r1") -> StaleSt
     return StaleStage(study, f"recursive@d-m-{measure}-{seed}", f"fingerprints.chain.{measure}", argv, revision)
 
 
-def test_one_sample_per_key_dataset_model_and_revision() -> None:
+def test_one_project_per_study_dataset_model_and_old_commit() -> None:
     a, b = Path("/p"), Path("/p/studies/b")
-    stale = [chain(a, "g", 1), chain(a, "g", 0), chain(a, "r", 0), chain(b, "g", 0), chain(b, "g", 0, "r0")]
-    projects = plan_samples(stale, lambda study: PARAMS)
+    stale = [chain(a, "g", 1), chain(a, "g", 0), chain(a, "r", 0), chain(b, "g", 2), chain(b, "g", 0, "r0")]
+    projects, sampled = plan_samples(stale, lambda study: PARAMS)
     summary = sorted((p.study.name, p.revision, p.seed, sorted(p.chains)) for p in projects)
-    # study b's gradient chain at r1 is sampled by study a's; at r0 it needs its own project
-    assert summary == [("b", "r0", 0, [("g", True)]), ("p", "r1", 0, [("g", True), ("r", True)])]
+    # every study samples its own chains (its options may take other code paths), each at its lowest stale seed
+    assert summary == [("b", "r0", 0, [("g", True)]), ("b", "r1", 2, [("g", True)]),
+                       ("p", "r1", 0, [("g", True), ("r", True)])]
+    assert sampled[stale[0]] is sampled[stale[1]]  # seed 1 of a's gradient chain is sampled at seed 0
     assert all({"fingerprints.prepare", "fingerprints.train", "fingerprints.report"} <= p.keys for p in projects)
-    assert all(p.report for p in projects)  # one project per revision: each runs the report
+    assert all(p.report for p in projects)  # one project per study and commit: each runs the report
 
 
-def test_the_report_and_the_k100_model_run_once_per_revision() -> None:
+def test_the_report_and_the_k100_model_run_once_per_study_and_commit() -> None:
     a = Path("/p")
     other = StaleStage(a, "recursive@e-m-g-0", "fingerprints.chain.g", ("chain", "e", "m", "g", "0"), "r1")
-    first, second = plan_samples([chain(a, "g", 0), other], lambda study: PARAMS)
+    report = StaleStage(a, "report", "fingerprints.report", ("report",), "r1")
+    (first, second), sampled = plan_samples([chain(a, "g", 0), other, report], lambda study: PARAMS)
     assert (first.report, second.report) == (True, False) and "fingerprints.report" not in second.keys
+    assert sampled[report] is first
 
 
 def test_stages_without_chains_get_a_project_of_their_dataset_and_model() -> None:
     root = Path("/p")
     report = StaleStage(root, "report", "fingerprints.report", ("report",), "r1")
-    (project,) = plan_samples([report], lambda study: PARAMS)
+    (project,), _ = plan_samples([report], lambda study: PARAMS)
     assert (project.dataset, project.model, project.seed, project.chains) == ("d", "m", 0, [])
     train = StaleStage(root, "train_k0@e-m-0", "fingerprints.train", ("train-reference", "e", "m", "0"), "r1")
-    projects = plan_samples([chain(root, "g", 0), train], lambda study: PARAMS)
+    projects, _ = plan_samples([chain(root, "g", 0), train], lambda study: PARAMS)
     assert sorted((p.dataset, p.model) for p in projects) == [("d", "m"), ("e", "m")]
+
+
+def test_a_stage_whose_code_no_commit_holds_gets_no_project() -> None:
+    known, unknown = chain(Path("/p"), "g", 0), chain(Path("/p"), "r", 0)
+    projects, sampled = plan_samples([known, unknown], lambda study: PARAMS,
+                                     lambda stage: None if stage is unknown else "r1")
+    assert [p.chains for p in projects] == [[("g", True)]] and unknown not in sampled
+
+
+def test_the_commit_of_a_locked_fingerprint_is_the_lock_s_or_the_newest_provenance_file_holding_it(
+        tmp_path: Path) -> None:
+    def commit(fingerprint: str) -> str:
+        (tmp_path / "provenance.yaml").write_text(yaml.safe_dump({"fingerprints": {"chain": {"g": fingerprint}}}))
+        for cmd in (["git", "add", "provenance.yaml"],
+                    ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", fingerprint]):
+            subprocess.run(cmd, cwd=tmp_path, check=True)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    first, _, last = commit("g1"), commit("g2"), commit("g3")
+    at = committed_fingerprints(tmp_path)
+
+    def stage(locked: str | None) -> StaleStage:
+        return StaleStage(tmp_path, "recursive@d-m-g-0", "fingerprints.chain.g", ("chain", "d", "m", "g", "0"), last,
+                          locked)
+
+    assert code_revision(tmp_path, stage("g3"), at) == last  # the lock's own commit
+    assert code_revision(tmp_path, stage("g1"), at) == first  # an older code than its lock's commit
+    assert code_revision(tmp_path, stage(None), at) == last  # a lock from before fingerprints
+    assert code_revision(tmp_path, stage("g9"), at) is None
 
 
 def test_a_difference_refuses_the_key_of_the_stage_that_wrote_the_file() -> None:
@@ -135,7 +170,23 @@ def test_a_scratch_study_of_the_official_baseline_runs_without_its_plain_random_
     have: the scratch params fall back to the Recursive ROAR random curve, which every schema accepts."""
     params = {"study": {**PARAMS["study"], "measures": ["random", "g"], "roar_measures": ["random"],
                         "racu_baseline": "plain-random"}}
-    project = plan_samples([chain(Path("/p"), "g", 0)], lambda study: params)[0]
+    project = plan_samples([chain(Path("/p"), "g", 0)], lambda study: params)[0][0]
     study = scratch_params(params, project)["study"]
     assert (study["measures"], study["roar_measures"], study["racu_baseline"]) == (["g"], [], "recursive-random")
     assert study["seeds"] == [0] and study["steps"] == [10]
+
+
+def test_a_sample_runs_the_study_s_settings_at_a_sample_size_unless_full_size() -> None:
+    params = {"study": PARAMS["study"], "prepare": {"d": {"n_train": 10_000, "seed": 3}, "e": {"n_train": 5}},
+              "train": {"m": {"d": {"epochs": 100, "patience": None, "lr": 0.1}}}}
+    project = plan_samples([chain(Path("/p"), "g", 0)], lambda study: params)[0][0]
+    cut = scratch_params(params, project)
+    assert cut["prepare"]["d"] == {"n_train": 10_000, "seed": 3, "limit": SAMPLE_ROWS}
+    assert cut["prepare"]["e"] == {"n_train": 5}  # other datasets as they were
+    assert cut["train"]["m"]["d"] == {"epochs": SAMPLE_EPOCHS, "patience": None, "lr": 0.1}
+    assert params["train"]["m"]["d"]["epochs"] == 100  # the study's params are not changed
+    small = {**params, "prepare": {"d": {"limit": 50}}, "train": {"m": {"d": {"epochs": 1}}}}
+    assert scratch_params(small, project)["prepare"]["d"]["limit"] == 50  # a smaller study stays as it is
+    assert scratch_params(small, project)["train"]["m"]["d"]["epochs"] == 1
+    full = scratch_params(params, project, full_size=True)
+    assert full["prepare"] == params["prepare"] and full["train"] == params["train"]
