@@ -64,8 +64,10 @@ RUN_FIELDS = ("run_id", "git_commit", "seconds", "step_key", "code_fingerprint",
 TIMED_TABLES = ("compute",)
 # A sample project's size: examples kept per split (``prepare.<dataset>.limit``) and the most epochs per
 # training. The code paths are the study's; only its loops are shorter.
-SAMPLE_ROWS = 240
+SAMPLE_ROWS = 120
 SAMPLE_EPOCHS = 2
+# Every sample project runs the Recursive ROAR random chain: its report's RACU baseline (``scratch_params``).
+BASELINE = ("random", True)
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ def plan_samples(stale: list[StaleStage], study_params: Callable[[Path], dict],
     """One scratch project per (study, dataset, model, old commit) with stale stages, and the project that
     samples each stale stage. A project runs the study's lowest stale seed (else its first) and the first
     step of every stale chain (measure and mode) of its dataset and model, whichever seed the stale stage
-    has; prepare and the reference models are in every project, the report and the k = 100 model in the
+    has, and of the Recursive ROAR random chain (its report's baseline); prepare and the reference models are in every project, the report and the k = 100 model in the
     first project of each study and commit. ``revision_of``: the commit whose code made a stage
     (:func:`code_revision`); a stage without one gets no project."""
     projects: dict[tuple, ScratchProject] = {}
@@ -207,6 +209,8 @@ def plan_samples(stale: list[StaleStage], study_params: Callable[[Path], dict],
         project.keys.add(stage.key)
         sampled[stage] = project
     for project in projects.values():
+        if BASELINE not in project.chains:  # the scratch report's baseline; a schema may refuse no recursive chain
+            project.chains.insert(0, BASELINE)
         project.report = (project.study, project.revision) not in reporting
         reporting.add((project.study, project.revision))
         project.keys |= {"fingerprints.prepare", "fingerprints.train"} | (
@@ -265,8 +269,10 @@ def run_project(project: ScratchProject, params: dict, code: Path, folder: Path,
         if line.startswith("roar "):
             log(f"  {project.label} [{code.parent.name}] {line}")
     if done.returncode:
+        lines = done.stderr.strip().splitlines() or [""]
+        why = next((line for line in reversed(lines) if line.startswith("error:")), None)  # roar's one-line error
         raise RoarError(f"{project.label}: a stage command under {code} failed (exit {done.returncode}): "
-                        f"{(done.stderr.strip().splitlines() or [''])[-1]}")
+                        + "; ".join(dict.fromkeys(filter(None, (lines[-1], why)))))
 
 
 def _computed(record: object) -> object:
@@ -375,9 +381,10 @@ def _git(root: Path, *args: str) -> str:
 
 
 def _run_projects(root: Path, projects: list[ScratchProject], scratch: Path, log: Callable[[str], None],
-                  workers: int, full_size: bool) -> tuple[dict[str, dict], dict[str, tuple[int, list[str]]]]:
+                  workers: int, full_size: bool) -> tuple[dict[str, dict], dict[str, tuple[int, list[str], str | None]]]:
     """Run every project under its old commit's code and under the working tree's; returns each old commit's
-    fingerprints (computed by its own code) and each project's (files compared, differences)."""
+    fingerprints (computed by its own code) and each project's (files compared, differences, why it could
+    not be compared or None)."""
     from roar.config.params import load_params
 
     code = {rev: scratch / f"code-{rev[:12]}" for rev in {p.revision for p in projects}}
@@ -389,15 +396,24 @@ def _run_projects(root: Path, projects: list[ScratchProject], scratch: Path, log
             env={**os.environ, "PYTHONPATH": str(path / "src")}).stdout) for rev, path in code.items()}
         jobs = [(p, src, scratch / which / p.label) for p in projects
                 for which, src in (("old", code[p.revision] / "src"), ("new", root / "src"))]
+        failed: dict[str, str] = {}
         with ThreadPoolExecutor(workers) as pool:
-            for future in [pool.submit(run_project, p, load_params(p.study / "params.yaml"), src, folder, log,
-                                       full_size) for p, src, folder in jobs]:
-                future.result()
+            futures = [(p, pool.submit(run_project, p, load_params(p.study / "params.yaml"), src, folder, log,
+                                       full_size)) for p, src, folder in jobs]
+            for project, future in futures:
+                try:
+                    future.result()
+                except RoarError as error:  # e.g. an old commit's schema refusing today's params
+                    log(f"{project.label}: {error}")
+                    failed.setdefault(project.label, f"its sample failed to run ({error})")
         outcome = {}
         for project in projects:
+            if project.label in failed:
+                outcome[project.label] = (0, [], failed[project.label])
+                continue
             compared, differences = compare_projects(scratch / "old" / project.label, scratch / "new" / project.label)
             log(f"{project.label}: {compared} files compared, {len(differences)} differ")
-            outcome[project.label] = (compared, differences)
+            outcome[project.label] = (compared, differences, None)
     finally:
         for path in code.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=root, capture_output=True)
@@ -436,8 +452,11 @@ def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: 
             result.left[where] = (f"no commit's provenance.yaml holds its locked code fingerprint "
                                   f"{(stage.locked or '')[:12]}")
             continue
-        differences = [f"{project.label}: {d}" for d in outcome[project.label][1] if owner(d) == stage.key]
-        if differences:
+        _, found, broken = outcome[project.label]
+        differences = [f"{project.label}: {d}" for d in found if owner(d) == stage.key]
+        if broken:
+            result.left[where] = broken
+        elif differences:
             result.failed.setdefault(stage.key, [])
             result.failed[stage.key] += [d for d in differences if d not in result.failed[stage.key]]
             result.left[where] = f"its sample {project.label} computed other outputs"
@@ -449,7 +468,7 @@ def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: 
             old = stage.locked or lookup(old_fps[sampled[stage].revision], stage.key)
             by_change.setdefault((stage.key, old), []).append(stage)
     for (key, old), stages in sorted(by_change.items()):
-        if key in result.failed or any(stage not in matched for stage in stages):
+        if any(stage not in matched for stage in stages):
             continue  # logged only where every study's sample matched: the log is read for every study
         sample = sampled[stages[0]]
         chain = next((f"{m} ({'recursive' if r else 'roar'})" for m, r in sample.chains if key.endswith(f".{m}")),
@@ -467,7 +486,7 @@ def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: 
         result.rekeyed[str(study.relative_to(root))] = rekey_lock(
             study / "dvc.lock", {s.key: lookup(fingerprints, s.key) for s in stale}, names, path)
     write_provenance(root, (read_provenance(root).get("verified") or []) + result.verified)
-    if result.failed:
+    if result.left:
         log(f"the scratch runs stay in {scratch} to compare")
     else:
         shutil.rmtree(scratch)

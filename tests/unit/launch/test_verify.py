@@ -28,8 +28,10 @@ def test_one_project_per_study_dataset_model_and_old_commit() -> None:
     projects, sampled = plan_samples(stale, lambda study: PARAMS)
     summary = sorted((p.study.name, p.revision, p.seed, sorted(p.chains)) for p in projects)
     # every study samples its own chains (its options may take other code paths), each at its lowest stale seed
-    assert summary == [("b", "r0", 0, [("g", True)]), ("b", "r1", 2, [("g", True)]),
-                       ("p", "r1", 0, [("g", True), ("r", True)])]
+    # (and the Recursive ROAR random chain, its report's baseline)
+    random = ("random", True)
+    assert summary == [("b", "r0", 0, [("g", True), random]), ("b", "r1", 2, [("g", True), random]),
+                       ("p", "r1", 0, [("g", True), ("r", True), random])]
     assert sampled[stale[0]] is sampled[stale[1]]  # seed 1 of a's gradient chain is sampled at seed 0
     assert all({"fingerprints.prepare", "fingerprints.train", "fingerprints.report"} <= p.keys for p in projects)
     assert all(p.report for p in projects)  # one project per study and commit: each runs the report
@@ -48,7 +50,7 @@ def test_stages_without_chains_get_a_project_of_their_dataset_and_model() -> Non
     root = Path("/p")
     report = StaleStage(root, "report", "fingerprints.report", ("report",), "r1")
     (project,), _ = plan_samples([report], lambda study: PARAMS)
-    assert (project.dataset, project.model, project.seed, project.chains) == ("d", "m", 0, [])
+    assert (project.dataset, project.model, project.seed, project.chains) == ("d", "m", 0, [("random", True)])
     train = StaleStage(root, "train_k0@e-m-0", "fingerprints.train", ("train-reference", "e", "m", "0"), "r1")
     projects, _ = plan_samples([chain(root, "g", 0), train], lambda study: PARAMS)
     assert sorted((p.dataset, p.model) for p in projects) == [("d", "m"), ("e", "m")]
@@ -58,7 +60,17 @@ def test_a_stage_whose_code_no_commit_holds_gets_no_project() -> None:
     known, unknown = chain(Path("/p"), "g", 0), chain(Path("/p"), "r", 0)
     projects, sampled = plan_samples([known, unknown], lambda study: PARAMS,
                                      lambda stage: None if stage is unknown else "r1")
-    assert [p.chains for p in projects] == [[("g", True)]] and unknown not in sampled
+    assert [p.chains for p in projects] == [[("random", True), ("g", True)]] and unknown not in sampled
+
+
+def test_a_project_of_plain_roar_chains_also_runs_the_recursive_random_chain() -> None:
+    """An older schema refuses a study with no Recursive ROAR measure, and the scratch report needs its
+    baseline: the random chain comes first."""
+    plain = StaleStage(Path("/p"), "roar@d-m-g-0", "fingerprints.chain.g", ("chain", "d", "m", "g", "0", "--roar"), "r1")
+    (project,), _ = plan_samples([plain], lambda study: PARAMS)
+    assert project.chains == [("random", True), ("g", False)]
+    study = scratch_params(PARAMS, project)["study"]
+    assert (study["measures"], study["roar_measures"]) == (["random"], ["g"])
 
 
 def test_the_commit_of_a_locked_fingerprint_is_the_lock_s_or_the_newest_provenance_file_holding_it(
@@ -172,7 +184,7 @@ def test_a_scratch_study_of_the_official_baseline_runs_without_its_plain_random_
                         "racu_baseline": "plain-random"}}
     project = plan_samples([chain(Path("/p"), "g", 0)], lambda study: params)[0][0]
     study = scratch_params(params, project)["study"]
-    assert (study["measures"], study["roar_measures"], study["racu_baseline"]) == (["g"], [], "recursive-random")
+    assert (study["measures"], study["roar_measures"], study["racu_baseline"]) == (["random", "g"], [], "recursive-random")
     assert study["seeds"] == [0] and study["steps"] == [10]
 
 
