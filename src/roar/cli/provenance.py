@@ -40,7 +40,8 @@ def provenance_verify(
 
     result = verify_code_change(project_root(Path(".")), log=typer.echo, full_size=full_size)
     for entry in result.verified:
-        typer.echo(f"verified {entry['key']}: {entry['sample']} ({entry['files_identical']} files identical)")
+        scope = f" for {', '.join(entry['models'])} only" if "models" in entry else ""
+        typer.echo(f"verified {entry['key']}{scope}: {entry['sample']} ({entry['files_identical']} files identical)")
     for study, count in result.rekeyed.items():
         typer.echo(f"{study}/dvc.lock: {count} stages re-keyed")
     for where, why in sorted(result.left.items()):

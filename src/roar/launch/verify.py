@@ -21,8 +21,9 @@ recorded (or the lock predates fingerprints), :func:`verify_code_change`:
 5. re-keys, in each ``dvc.lock``, the stale stages whose project matched for their key (their code
    fingerprint param, the code file dependencies of older locks dropped), so a change that moves one
    model family's outputs leaves only that family's stages stale. A change is logged in
-   ``provenance.yaml`` (where a chain's step store honours it for reuse) only for a key whose samples
-   matched in every study; stages that did not match stay stale: ``dvc repro`` recomputes them.
+   ``provenance.yaml`` (where a chain's step store honours it for reuse) for a key whose samples
+   matched in every study, or, scoped with ``models``, for the model families whose samples all matched
+   when the others' differed; stages that did not match stay stale: ``dvc repro`` recomputes them.
 """
 
 from __future__ import annotations
@@ -324,6 +325,21 @@ def owner(difference: str) -> str:
     return "fingerprints.train" if slot in ("k0", "all") else f"fingerprints.chain.{slot}"
 
 
+def verified_models(stages: list[StaleStage], matched: set[StaleStage]) -> list[str] | None:
+    """The model families for which one code change (one key, one old fingerprint; ``stages`` locked with it
+    in every study) may be logged as computing the same: None for every family, when every stage's sample
+    matched; else the families none of whose samples differed (a change that moved one family's outputs,
+    such as a transformer's saved config, leaves the others' equivalence true); [] when none may be logged
+    (no family qualifies, or a study-wide stage, the report, differed)."""
+    differed = [stage for stage in stages if stage not in matched]
+    if not differed:
+        return None
+    if any(stage.target is None for stage in differed):
+        return []
+    moved = {stage.target[1] for stage in differed}
+    return sorted({stage.target[1] for stage in stages if stage.target} - moved)
+
+
 def rekey_lock(lock: Path, keys: dict[str, str], stage_names: set[str], provenance_path: str) -> int:
     """Set the code fingerprint param of ``stage_names`` in ``lock`` to ``keys[their key]`` and drop the
     source-file dependencies that older locks recorded (the fingerprint replaces them). Returns the
@@ -365,9 +381,9 @@ except ImportError:
 
 @dataclass
 class Verification:
-    """What :func:`verify_code_change` found: keys verified in every study (with the log entries written),
-    keys whose samples differed somewhere (with the differences), the stages re-keyed per study, and the
-    stale stages left as they were (with why)."""
+    """What :func:`verify_code_change` found: keys verified in every study, or for some model families (with
+    the log entries written), keys whose samples differed somewhere (with the differences), the stages
+    re-keyed per study, and the stale stages left as they were (with why)."""
 
     verified: list[dict] = field(default_factory=list)
     failed: dict[str, list[str]] = field(default_factory=dict)
@@ -468,9 +484,11 @@ def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: 
             old = stage.locked or lookup(old_fps[sampled[stage].revision], stage.key)
             by_change.setdefault((stage.key, old), []).append(stage)
     for (key, old), stages in sorted(by_change.items()):
-        if any(stage not in matched for stage in stages):
-            continue  # logged only where every study's sample matched: the log is read for every study
-        sample = sampled[stages[0]]
+        models = verified_models(stages, matched)
+        if models == []:
+            continue
+        in_scope = [s for s in stages if models is None or (s.target and s.target[1] in models)]
+        sample = sampled[in_scope[0]]
         chain = next((f"{m} ({'recursive' if r else 'roar'})" for m, r in sample.chains if key.endswith(f".{m}")),
                      "prepare, the k = 0 and k = 100 models, the report")
         result.verified.append({
@@ -479,7 +497,7 @@ def verify_code_change(root: Path, log: Callable[[str], None] = print, workers: 
             "sample": f"{sample.label} k={sample.first_step}: {chain}"
                       + ("" if full_size else f" ({SAMPLE_ROWS} examples per split, {SAMPLE_EPOCHS} epochs)"),
             "files_identical": outcome[sample.label][0],
-            "studies": len({s.study for s in stages})})
+            "studies": len({s.study for s in in_scope}), **({} if models is None else {"models": models})})
     for study in sorted({s.study for s in matched}):
         names = {s.name for s in matched if s.study == study}
         path = Path(os.path.relpath(root / PROVENANCE_FILE, study)).as_posix()

@@ -104,8 +104,10 @@ class TransformerClassifier(nn.Module):
         return cls(AutoModelForSequenceClassification.from_config(config, dtype=torch.float32))
 
     def config_dict(self) -> dict:
-        """The HF config as a JSON-able dict (saved beside the weights to rebuild the model offline)."""
-        return self.hf.config.to_dict()
+        """The HF config as a JSON-able dict (saved beside the weights to rebuild the model offline),
+        without ``_name_or_path``: the checkpoint's folder on the machine that trained it, which would make
+        the saved model's bytes, and so its content hash, depend on where the project lives."""
+        return {k: v for k, v in self.hf.config.to_dict().items() if k != "_name_or_path"}
 
     @property
     def embedding(self) -> nn.Embedding:

@@ -142,9 +142,10 @@ class _Masked:
     run_id: str
 
 
-def _code_equivalents(code: str, root: Path) -> set[str]:
-    """``code`` and the fingerprints that ``provenance.yaml`` records as verified to compute the same."""
-    return equivalent_fingerprints(code, read_provenance(project_root(root)).get("verified") or [])
+def _code_equivalents(code: str, root: Path, model: str) -> set[str]:
+    """``code`` and the fingerprints that ``provenance.yaml`` records as verified to compute the same for
+    the model family ``model``."""
+    return equivalent_fingerprints(code, read_provenance(project_root(root)).get("verified") or [], model)
 
 
 class ChainRunner(Runner):
@@ -179,8 +180,8 @@ class ChainRunner(Runner):
         base = StepInput(prepared, content_hash(prepared), k0_model, content_hash(k0_model), base_splits)
         tags = {**chain_tags(spec.dataset, spec.model, spec.measure, spec.seed, self.study.strategy, spec.recursive),
                 "roar.target": step_params.get("target", "none")}
-        return _ChainContext(spec, meta, store, base, recipe, _code_equivalents(code, self.layout.root), tags, (prepared / "vocab.json").read_text(),
-                             vocab_size(prepared))
+        return _ChainContext(spec, meta, store, base, recipe, _code_equivalents(code, self.layout.root, spec.model),
+                             tags, (prepared / "vocab.json").read_text(), vocab_size(prepared))
 
     def _step_params(self, spec: ChainSpec) -> dict:
         """The params that make a step's numbers (and that the chain run logs)."""

@@ -212,13 +212,16 @@ def lookup(fingerprints: dict, key: str) -> str | None:
     return node if isinstance(node, str) else None
 
 
-def equivalent_fingerprints(current: str, verified: list[dict]) -> set[str]:
+def equivalent_fingerprints(current: str, verified: list[dict], model: str | None = None) -> set[str]:
     """``current`` and every earlier fingerprint verified to compute what it computes (directly or
-    through a chain of verified changes)."""
+    through a chain of verified changes) for the model family ``model``. An entry with ``models`` was
+    verified only for those families (the change moved another family's outputs); None: only the entries
+    verified for every family count."""
+    usable = [entry for entry in verified if "models" not in entry or model in entry["models"]]
     found, grew = {current}, True
     while grew:
         before = len(found)
-        found |= {entry["from"] for entry in verified if entry.get("to") in found}
+        found |= {entry["from"] for entry in usable if entry.get("to") in found}
         grew = len(found) > before
     return found
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 
 from roar.launch.verify import (SAMPLE_EPOCHS, SAMPLE_ROWS, StaleStage, code_revision, committed_fingerprints,
-                               compare_projects, owner, plan_samples, rekey_lock, scratch_params, stale_stages)
+                               compare_projects, owner, plan_samples, rekey_lock, scratch_params, stale_stages,
+                               verified_models)
 
 PARAMS = {"study": {"name": "s", "datasets": ["d"], "models": ["m"], "seeds": [0, 1], "steps": [10, 20]}}
 CHAIN_G0 = ("chain", "d", "m", "g", "0", "--recursive", "--skip-unsupported", "--no-progress")
@@ -107,6 +108,20 @@ def test_a_difference_refuses_the_key_of_the_stage_that_wrote_the_file() -> None
     assert owner("models/d/m/random/recursive/s0/k10/model.safetensors: only in the new code's run") == \
         "fingerprints.chain.random"
     assert owner("reports/points.csv: differs") == "fingerprints.report"
+
+
+def test_a_change_is_logged_for_every_model_family_or_for_those_whose_samples_all_matched() -> None:
+    def stage(study: str, model: str) -> StaleStage:
+        return StaleStage(Path(study), f"recursive@d-{model}-g-0", "fingerprints.chain.g",
+                          ("chain", "d", model, "g", "0", "--recursive"), "r1")
+
+    lstm_a, lstm_b, bert = stage("a", "lstm"), stage("b", "lstm"), stage("b", "bert")
+    assert verified_models([lstm_a, lstm_b, bert], {lstm_a, lstm_b, bert}) is None  # every family
+    assert verified_models([lstm_a, lstm_b, bert], {lstm_a, lstm_b}) == ["lstm"]
+    assert verified_models([lstm_a, lstm_b, bert], {lstm_a, bert}) == ["bert"]  # a family that differed anywhere
+    assert verified_models([lstm_a, bert], set()) == []
+    report = StaleStage(Path("a"), "report", "fingerprints.report", ("report",), "r1")
+    assert verified_models([report, lstm_a], {lstm_a}) == []  # the report spans every family: nothing logged
 
 
 def write(root: Path, files: dict[str, str]) -> Path:

@@ -282,6 +282,22 @@ def test_save_load_round_trip_without_network(tmp_path, monkeypatch):
         torch.testing.assert_close(loaded(*batch[:4]).logits, model(*batch[:4]).logits, atol=0, rtol=0)
 
 
+def test_a_saved_model_does_not_depend_on_the_checkpoint_s_folder(tmp_path):
+    """HF stores the folder a model was loaded from (``_name_or_path``); saved, it would make a model's bytes,
+    and so its content hash and every step key after it, differ between two clones of one project."""
+    result = TrainResult(best_epoch=0, val_metric=0.5, test_metric=0.5, metric="accuracy", seconds=1.0)
+    config = TrainConfig(model="roberta", checkpoint="packaged:all-minilm-l6-v2")
+    folders = []
+    for where in ("/home/a/project/model", "/srv/b/model"):
+        torch.manual_seed(0)
+        hf = tiny_hf_model("bert", 30522)
+        hf.config._name_or_path = where
+        folders.append(tmp_path / where.strip("/").replace("/", "-"))
+        save_model(folders[-1], TransformerClassifier(hf), config, meta_for(config.checkpoint), 30522, result)
+    first, second = ((folder / "config.json").read_bytes() for folder in folders)
+    assert first == second and b"_name_or_path" not in first
+
+
 def test_build_model_needs_a_matching_checkpoint():
     with pytest.raises(ValueError, match="needs a checkpoint"):
         build_model(meta_for(MINILM), 30522, TrainConfig(model="roberta"))

@@ -316,14 +316,14 @@ def test_a_fresh_clone_recomputing_a_chain_of_verified_code_writes_its_committed
         shutil.rmtree(project / f"{kind}/babi-1/bilstm-attention/random/recursive/s0")
 
     monkeypatch.setattr(chain_module, "chain_code_fingerprint", current)
-    monkeypatch.setattr(chain_module, "_code_equivalents", lambda code, root: {code, "code-before-a-cleanup"})
+    monkeypatch.setattr(chain_module, "_code_equivalents", lambda code, root, model: {code, "code-before-a-cleanup"})
     records = stage_runner(ChainRunner, chain_params(), Path("."), progress=False).run_chain(spec)
     assert all(r.run.step_run_id != committed_runs[r.k] for r in records)  # recomputed, not reused
     assert {k: (results / f"k{k}.json").read_bytes() for k in STEPS} == committed
     assert all(json.loads(committed[k])["code_fingerprint"] == "code-before-a-cleanup" for k in STEPS)
 
     # code that was not verified equivalent re-keys the records
-    monkeypatch.setattr(chain_module, "_code_equivalents", lambda code, root: {code})
+    monkeypatch.setattr(chain_module, "_code_equivalents", lambda code, root, model: {code})
     for kind in ("data/masked", "models"):
         shutil.rmtree(project / f"{kind}/babi-1/bilstm-attention/random/recursive/s0")
     stage_runner(ChainRunner, chain_params(), Path("."), progress=False).run_chain(spec)

@@ -70,6 +70,14 @@ def test_verified_changes_chain_back_to_every_earlier_equivalent() -> None:
     assert equivalent_fingerprints("z", log) == {"z"}
 
 
+def test_a_change_verified_for_some_model_families_holds_only_for_those() -> None:
+    log = [{"from": "a", "to": "b"}, {"from": "b", "to": "c", "models": ["bilstm-attention"]}]
+    assert equivalent_fingerprints("c", log, "bilstm-attention") == {"a", "b", "c"}
+    assert equivalent_fingerprints("c", log, "roberta") == {"c"}
+    assert equivalent_fingerprints("c", log) == {"c"}
+    assert equivalent_fingerprints("b", log, "roberta") == {"a", "b"}
+
+
 def test_lookup_of_dotted_keys() -> None:
     prints = {"train": "t", "chain": {"gradient": "g"}}
     assert lookup(prints, "fingerprints.chain.gradient") == "g" and lookup(prints, "fingerprints.train") == "t"
@@ -88,7 +96,7 @@ def test_every_committed_step_record_was_made_by_todays_code_or_code_verified_to
     for path in [*REPO.glob("results/**/k*.json"), *REPO.glob("studies/*/results/**/k*.json")]:
         record = json.loads(path.read_text())
         known = equivalent_fingerprints(provenance["fingerprints"]["chain"][record["measure"]],
-                                        provenance.get("verified") or [])
+                                        provenance.get("verified") or [], record["model"])
         if record["code_fingerprint"] not in known:
             unknown.append(f"{path.relative_to(REPO)}: {record['code_fingerprint'][:12]}")
     assert unknown == []
