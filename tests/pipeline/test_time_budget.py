@@ -8,6 +8,8 @@ import re
 import subprocess
 
 import pandas as pd
+
+from roar.launch.pipeline_log import FINISHED, STOPPED, read_calls
 from tests.pipeline.conftest import make_project, mlflow_runs, project_env, sh, tiny_params
 
 
@@ -44,6 +46,8 @@ def test_a_budgeted_call_stops_between_stages_and_the_next_one_resumes(tmp_path)
     assert [r.info.status for r in study] == ["FINISHED"]
     assert study[0].data.tags["roar.stopped_early"].startswith("time budget")
     assert all(r.info.status == "FINISHED" for r in mlflow_runs(root, "budget"))  # no run left open
+    [stop] = read_calls(root)  # the pipeline log: this call, what it ran (nothing) and how it ended
+    assert stop["outcome"] == STOPPED and stop["stages"] == {} and stop["jobs"] == 2
 
     resumed = sh("roar", "pipeline", "--time-budget", "3h", "--no-push", cwd=root)  # lock released: it starts
     assert "[roar] pipeline finished" in resumed
@@ -55,3 +59,11 @@ def test_a_budgeted_call_stops_between_stages_and_the_next_one_resumes(tmp_path)
     racu = pd.read_csv(root / "reports" / "racu.csv")
     assert racu["n_seeds"].tolist() == [2]
     assert "up to date" in sh("dvc", "status", cwd=root)
+    stop_again, finish = read_calls(root)
+    assert stop_again == stop and finish["outcome"] == FINISHED
+    assert set(finish["stages"]) == {"train_k0@babi-1-bilstm-attention-1", "train_all_masked@babi-1-bilstm-attention-1",
+                                     "recursive@babi-1-bilstm-attention-random-1",
+                                     "recursive@babi-1-bilstm-attention-attention-1", "report"}
+    assert all(seconds > 0 for seconds in finish["stages"].values())
+    assert finish["wall_seconds"] >= max(finish["stages"].values())
+    assert "2 call(s) so far" in resumed

@@ -120,6 +120,7 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
         fail(error)
     _rewrite_run_facts(root)
     typer.echo(f"[roar] pipeline finished in {time.perf_counter() - start:.0f} s")
+    _print_log_totals(root)
     _print_runs_link(root)
     if push:
         code = push_study(root)
@@ -143,7 +144,18 @@ def _stopped_by_budget(root: Path, budget, jobs: int, seconds: float) -> None:
     for stage in left:
         typer.echo(f"[roar]   {stage}")
     typer.echo("[roar] finished stages and steps are kept; run the same command again to resume")
+    _print_log_totals(root)
     raise typer.Exit(EXIT_MORE_TO_DO)
+
+
+def _print_log_totals(root: Path) -> None:
+    """What the study's logged calls took so far (commit ``runs/pipeline.jsonl`` with the records)."""
+    from roar.launch.pipeline_log import LOG, read_calls, totals
+
+    calls = read_calls(root)
+    wall, process = totals(calls)
+    typer.echo(f"[roar] {LOG} (commit it with the records): {len(calls)} call(s) so far, {wall:.2f} h wall, "
+               f"{process:.2f} stage-process hours")
 
 
 def _rewrite_run_facts(root: Path) -> None:

@@ -177,12 +177,25 @@ def workspace_lock(root: Path) -> Iterator[None]:
 def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGate | None = None,
                  remake_missing: bool = False) -> dict[str, float]:
     """Reproduce every stage that must run (:mod:`roar.launch.pending`; with ``remake_missing`` also those
-    whose only change is cached outputs absent here); returns each stage's wall seconds. Raises on the first
+    whose only change is cached outputs absent here); returns each stage's wall seconds and logs the call in
+    ``runs/pipeline.jsonl`` (:mod:`roar.launch.pipeline_log`), however it ends. Raises on the first
     failure, and at once when another pipeline runs in the same workspace. With a ``gate`` (a time budget), a
     stage starts only when it admits it; after a wave with a refused stage the pipeline writes the partial
     report, ends the study run and raises :class:`StoppedEarly` (a rerun resumes)."""
+    from roar.launch.pipeline_log import FAILED, FINISHED, STOPPED, PipelineCall
+    from roar.tracking.mlflow_tracker import git_commit
+
     with workspace_lock(root):
-        return _run_pipeline(root, jobs, log, gate, remake_missing)
+        call, outcome = PipelineCall(root, jobs), FAILED
+        try:
+            timings = _run_pipeline(root, jobs, log, gate, remake_missing, call.stage_seconds)
+            outcome = FINISHED
+            return timings
+        except StoppedEarly:
+            outcome = STOPPED
+            raise
+        finally:
+            call.end(outcome, git_commit(root))
 
 
 def _open_study_run(root: Path):
@@ -212,7 +225,10 @@ def push_study(root: Path, env: dict | None = None) -> int:
     return subprocess.run(["dvc", "push", "-q", "dvc.yaml"], cwd=root, env=tool_env(env)).returncode
 
 
-def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_missing: bool) -> dict[str, float]:
+def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_missing: bool,
+                  stage_seconds: dict[str, float]) -> dict[str, float]:
+    """The waves; ``stage_seconds`` gets each stage's wall seconds as it ends (the pipeline log keeps them
+    when a later stage fails or the budget stops the call)."""
     env = tool_env()  # before the study run opens: refuses at once when dvc is nowhere
     _, tracker, study_run = _open_study_run(root)
     tracker.client.set_tag(study_run, "roar.executor", "local")
@@ -239,6 +255,7 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
                     log(f"[roar]   {stage}: not started (it would not finish within the time budget)")
                     continue
                 progress.finished(stage, seconds)
+                stage_seconds[stage] = seconds
                 if gate is not None:
                     gate.finished(stage, seconds)
                 log(f"[roar]   {progress.line(stage, code == 0, seconds)}")

@@ -110,8 +110,12 @@ def check_server(uri: str, timeout: float = 10.0) -> None:
 
 
 def _is_pipeline_output(path: str) -> bool:
-    """Files that running the pipeline itself changes (DVC's lock and ignores, the report)."""
-    return path == "dvc.lock" or path.endswith(".gitignore") or path.startswith("reports/")
+    """Files that running the pipeline itself changes (DVC's lock and ignores, the step records and run facts,
+    the report), at the project's top or in a study folder; ``path`` relative to the repository."""
+    parts = path.split("/")
+    if parts[0] == "studies" and len(parts) > 2:
+        parts = parts[2:]
+    return parts == ["dvc.lock"] or parts[-1] == ".gitignore" or parts[0] in ("reports", "results", "runs")
 
 
 def git_commit(root: Path = Path(".")) -> str:

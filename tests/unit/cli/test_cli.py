@@ -62,16 +62,22 @@ def test_git_commit_ignores_what_the_pipeline_writes(tmp_path):
                        capture_output=True)
 
     git("init", "-q")
-    (tmp_path / "params.yaml").write_text("a: 1\n")
-    (tmp_path / "dvc.lock").write_text("x\n")
+    study = tmp_path / "studies" / "s"
+    written = [tmp_path / "dvc.lock", study / "dvc.lock", study / "results" / "k10.json", study / "runs" / "k10.json",
+               tmp_path / "runs" / "pipeline.jsonl", study / "reports" / "racu.csv"]
+    for path in [tmp_path / "params.yaml", study / "params.yaml", *written]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x\n")
     git("add", "-A")
     git("commit", "-qm", "init")
     head = git_commit(tmp_path)
     assert len(head) == 40
-    (tmp_path / "dvc.lock").write_text("y\n")
+    for path in written:  # what the pipeline writes, at the top or in a study folder
+        path.write_text("y\n")
     assert git_commit(tmp_path) == head
-    (tmp_path / "params.yaml").write_text("a: 2\n")
-    assert git_commit(tmp_path) == head + "-dirty"
+    assert git_commit(study) == head
+    (study / "params.yaml").write_text("a: 2\n")
+    assert git_commit(study) == head + "-dirty"
 
 
 @pytest.mark.parametrize("words, expected", [

@@ -1,0 +1,83 @@
+"""The pipeline log: one line per local ``roar pipeline`` call in ``runs/pipeline.jsonl``.
+
+A paper-scale study runs in pieces, over days and machines, and the machines go away. The step records
+say what each step computed and how long its parts took; this log says what each call ran, for how
+long, with how many workers, on which hardware (CPU model and the instruction set torch picked: float
+results can differ across CPU types, see docs/method.md) and how it ended. It lives beside the run
+facts under ``runs/`` (git-tracked, no DVC output), so the wall time and process-hours a study took
+travel with the study.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from roar.core.fileio import write_text_atomic
+
+LOG = Path("runs") / "pipeline.jsonl"
+FINISHED, STOPPED, FAILED = "finished", "stopped by the time budget", "failed"
+
+
+def machine() -> dict[str, object]:
+    """The hardware a call ran on: CPU model, the cores this process may use, torch and its CPU
+    instruction set, and the GPUs torch sees."""
+    import torch
+
+    info: dict[str, object] = {"cpu": _cpu_model(), "cores": len(os.sched_getaffinity(0)),
+                               "torch": torch.__version__,
+                               "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@dataclass
+class PipelineCall:
+    """One call in progress: the pipeline fills ``stage_seconds`` as stages finish; :meth:`end` logs it."""
+
+    root: Path
+    jobs: int
+    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    _clock: float = field(default_factory=time.perf_counter)
+
+    def end(self, outcome: str, git_commit: str = "") -> dict:
+        """Append this call's line to the study's log (rewritten whole through a rename) and return it."""
+        entry = {"started": self.started.isoformat(timespec="seconds"),
+                 "wall_seconds": round(time.perf_counter() - self._clock, 1), "jobs": self.jobs,
+                 "outcome": outcome, "git_commit": git_commit, "machine": machine(),
+                 "stages": {name: round(seconds, 1) for name, seconds in self.stage_seconds.items()}}
+        path = self.root / LOG
+        earlier = path.read_text() if path.is_file() else ""
+        write_text_atomic(path, earlier + json.dumps(entry, sort_keys=True) + "\n")
+        return entry
+
+
+def read_calls(root: Path) -> list[dict]:
+    """The logged calls of the study at ``root``, oldest first."""
+    path = root / LOG
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def totals(calls: list[dict]) -> tuple[float, float]:
+    """Wall hours and stage-process hours over ``calls`` (a stage process is one worker: process-hours times
+    the threads per stage, ``runtime.threads``, are core-hours)."""
+    wall = sum(call["wall_seconds"] for call in calls) / 3600
+    process = sum(sum(call["stages"].values()) for call in calls) / 3600
+    return wall, process

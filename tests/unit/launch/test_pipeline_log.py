@@ -1,0 +1,45 @@
+"""The pipeline log: one line per call, appended whole, with the hardware and the stages' seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from roar.launch.pipeline_log import FINISHED, LOG, STOPPED, PipelineCall, machine, read_calls, totals
+
+
+def test_machine_names_the_cores_this_process_may_use_and_torchs_cpu_instruction_set() -> None:
+    info = machine()
+    assert info["cores"] == len(os.sched_getaffinity(0))
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert info["torch"] == torch.__version__
+    assert isinstance(info["cpu"], str) and info["cpu"]
+    assert ("gpus" in info) == torch.cuda.is_available()
+
+
+def test_each_call_appends_one_line_and_keeps_the_earlier_ones(tmp_path) -> None:
+    first = PipelineCall(tmp_path, jobs=2)
+    first.stage_seconds.update({"train_k0@a-0": 12.34, "recursive@a-random-0": 100.0})
+    entry = first.end(STOPPED, "abc")
+    assert entry["outcome"] == STOPPED and entry["jobs"] == 2 and entry["git_commit"] == "abc"
+    assert entry["stages"] == {"train_k0@a-0": 12.3, "recursive@a-random-0": 100.0}
+    second = PipelineCall(tmp_path, jobs=1)
+    second.end(FINISHED)
+    lines = (tmp_path / LOG).read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[0]) == entry
+    calls = read_calls(tmp_path)
+    assert [call["outcome"] for call in calls] == [STOPPED, FINISHED]
+    assert calls[1]["stages"] == {} and calls[1]["wall_seconds"] >= 0
+
+
+def test_totals_sum_wall_and_stage_process_hours_over_calls() -> None:
+    calls = [{"wall_seconds": 1800.0, "stages": {"a": 1800.0, "b": 1800.0}},
+             {"wall_seconds": 5400.0, "stages": {"c": 7200.0}}]
+    assert totals(calls) == (2.0, 3.0)
+    assert totals([]) == (0.0, 0.0)
+
+
+def test_a_study_without_a_log_has_no_calls(tmp_path) -> None:
+    assert read_calls(tmp_path) == []
