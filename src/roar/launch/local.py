@@ -238,6 +238,8 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
     if len(pending) < len(names):
         log(f"[roar] {len(names) - len(pending)} of {len(names)} stage(s) done: up to date, or with their records "
             "committed and their cached outputs not needed here (--remake-missing remakes those)")
+    lock = root / "dvc.lock"
+    committed_lock = lock.read_text() if lock.is_file() else ""
     order = _cost_rank if gate is None else piece_rank
     waves = [sorted((n for n in names if stage_kind(n) in wave and n in pending), key=order) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)
@@ -265,6 +267,8 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
                     raise RuntimeError(f"stage {stage} failed:\n{output}")
         if refused:  # the next waves build on this one: stop here
             break
+        if wave in (("prepare",), ("train_k0",)) and not remake_missing:
+            refuse_unreproduced(root, committed_lock, stages, tracker, study_run)
     log(progress.summary())
     if refused:
         _stop_early(root, env, tracker, study_run, log)
@@ -277,6 +281,36 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
     if final != 0:
         raise RuntimeError(f"the final `dvc repro` failed (exit {final}); see its output above")
     return timings
+
+
+def refuse_unreproduced(root: Path, committed_lock: str, stages: list[str], tracker, study_run: str) -> None:
+    """Stop when a stage remade with its locked inputs wrote other bytes than ``dvc.lock`` holds (another kind
+    of CPU): stages computed from the committed outputs would go stale and be recomputed. The lock is put
+    back and the remade outputs removed, so the workspace is as before the call."""
+    import shutil
+
+    import yaml
+
+    from roar.core.fileio import write_text_atomic
+    from roar.launch.pending import unreproduced
+
+    lock = root / "dvc.lock"
+    found = unreproduced(yaml.safe_load(committed_lock or "{}") or {}, yaml.safe_load(lock.read_text()) or {}, stages)
+    if not found:
+        return
+    write_text_atomic(lock, committed_lock)
+    for path in {root / out for item in found for out in item.outputs}:
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    tracker.end(study_run, failed=True)
+    lines = [f"  {item.stage}: {', '.join(item.outputs)} differ; {len(item.dependents)} finished stage(s) read them"
+             for item in found]
+    raise RuntimeError(
+        "stopped: remade with the code, params and inputs of dvc.lock, these stages wrote other bytes than it holds "
+        "(float kernels differ across CPU types: docs/method.md, 'Byte-identical on one machine'):\n"
+        + "\n".join(lines) + "\n"
+        "dvc.lock is left as committed. To keep the finished stages, run this study where its committed outputs "
+        "are (`dvc pull` from its DVC remote, or a machine of the CPU type named in runs/pipeline.jsonl); to "
+        "recompute the whole study on this machine instead, run again with --remake-missing.")
 
 
 def chain_steps_done(root: Path) -> bool:

@@ -4,8 +4,9 @@ A clone on another machine has a study's ``dvc.lock`` and its step records (``ca
 travel with git), but its DVC-cached models and masked data only where the DVC remote is reachable. A
 stage whose only change is that those cached outputs are missing is done: its committed records are what
 the report reads, so it is skipped (DVC's ``--allow-missing``). It runs again only when a stage that must
-run needs its outputs (a chain still to run needs the prepared data and its k = 0 model), and then makes
-the same bytes that ``dvc.lock`` holds. A stage whose records are missing is never done, nor is the
+run needs its outputs (a chain still to run needs the prepared data and its k = 0 model); on the kind of
+CPU that made them it makes the same bytes that ``dvc.lock`` holds, on another kind it may not
+(:func:`unreproduced`, and the pipeline stops before anything is computed from them). A stage whose records are missing is never done, nor is the
 report (its figures are cheap to remake and are what a reader opens). ``remake_missing`` turns the rule
 off: every stage whose outputs are absent runs (a reproduction from scratch, as ``make run`` does on a
 fresh clone).
@@ -16,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from roar.config.layout import stage_kind
@@ -100,3 +103,39 @@ def _done_without_cache(stage, graph) -> bool:
     if lacks_records(stage):
         return False
     return not stage.changed(allow_missing=True, upstream=list(graph.successors(stage)))
+
+
+@dataclass(frozen=True)
+class Unreproduced:
+    """A stage run again with the command, dependencies and params of its ``dvc.lock`` entry whose outputs
+    came out different: another kind of CPU picks other float kernels (docs/method.md), so the stages
+    computed from the committed outputs no longer follow from the remade ones."""
+
+    stage: str
+    outputs: tuple[str, ...]  # the paths whose hashes differ
+    dependents: tuple[str, ...]  # the locked stages that read them
+
+
+def _hashes(entries: list[dict] | None) -> dict[str, str | None]:
+    return {entry["path"]: entry.get("md5") for entry in entries or []}
+
+
+def unreproduced(before: dict, after: dict, stages: Collection[str]) -> list[Unreproduced]:
+    """The stages among ``stages`` whose ``dvc.lock`` entry (``before`` and ``after`` a run: parsed lock files)
+    kept its command, dependencies and params but changed an output's hash, with the locked stages that
+    depend on those outputs. A stage whose code, params or inputs changed is not one: its outputs may move."""
+    found = []
+    old_stages, new_stages = before.get("stages") or {}, after.get("stages") or {}
+    for stage in sorted(stages):
+        old, new = old_stages.get(stage), new_stages.get(stage)
+        if old is None or new is None:
+            continue
+        same_inputs = (old.get("cmd"), _hashes(old.get("deps")), old.get("params")) == (
+            new.get("cmd"), _hashes(new.get("deps")), new.get("params"))
+        old_outs, new_outs = _hashes(old.get("outs")), _hashes(new.get("outs"))
+        moved = tuple(path for path in old_outs if path in new_outs and old_outs[path] != new_outs[path])
+        if same_inputs and moved:
+            dependents = tuple(sorted(name for name, entry in old_stages.items() if name != stage and any(
+                _overlap(dep, out) for dep in _hashes(entry.get("deps")) for out in moved)))
+            found.append(Unreproduced(stage, moved, dependents))
+    return found

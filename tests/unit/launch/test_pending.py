@@ -8,7 +8,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from roar.launch.pending import pending_stages
+import pytest
+
+from roar.launch.local import refuse_unreproduced
+from roar.launch.pending import Unreproduced, pending_stages, unreproduced
 
 
 def _project(root: Path, dvc_yaml: str) -> dict:
@@ -80,3 +83,60 @@ def test_an_rwlock_left_unreadable_by_a_killed_dvc_process_is_removed_and_a_read
     said.clear()
     assert pending_stages(tmp_path, log=said.append) == {}
     assert rwlock.read_text() == live and said == []
+
+
+def _entry(cmd: str, deps: dict, outs: dict, params: dict | None = None) -> dict:
+    entry = {"cmd": cmd, "deps": [{"path": p, "md5": h} for p, h in deps.items()],
+             "outs": [{"path": p, "md5": h} for p, h in outs.items()]}
+    return entry | ({"params": params} if params else {})
+
+
+def test_unreproduced_is_a_stage_remade_with_its_locked_inputs_whose_outputs_moved() -> None:
+    before = {"stages": {
+        "k0@0": _entry("train 0", {"data": "d1"}, {"models/k0/s0": "m0"}, {"p.yaml": {"lr": 1}}),
+        "k0@1": _entry("train 1", {"data": "d1"}, {"models/k0/s1": "m1"}, {"p.yaml": {"lr": 1}}),
+        "k0@2": _entry("train 2", {"data": "d1"}, {"models/k0/s2": "m2"}, {"p.yaml": {"lr": 1}}),
+        "chain@0": _entry("chain 0", {"models/k0/s0/model.safetensors": "w", "data": "d1"}, {"results/s0": "r"}),
+        "chain@1": _entry("chain 1", {"models/k0/s1": "m1"}, {"results/s1": "r1"})}}
+    after = {"stages": dict(before["stages"])}
+    after["stages"]["k0@0"] = _entry("train 0", {"data": "d1"}, {"models/k0/s0": "OTHER"}, {"p.yaml": {"lr": 1}})
+    after["stages"]["k0@1"] = _entry("train 1", {"data": "d1"}, {"models/k0/s1": "m1"}, {"p.yaml": {"lr": 1}})
+    after["stages"]["k0@2"] = _entry("train 2", {"data": "d1"}, {"models/k0/s2": "NEW"}, {"p.yaml": {"lr": 2}})
+    after["stages"]["k0@3"] = _entry("train 3", {"data": "d1"}, {"models/k0/s3": "m3"})
+    found = unreproduced(before, after, ["k0@0", "k0@1", "k0@2", "k0@3"])
+    # s0: same inputs, other bytes, read by chain@0 (a file inside the folder); s1 reproduced; s2's params
+    # changed (its model may move); s3 never ran before
+    assert found == [Unreproduced("k0@0", ("models/k0/s0",), ("chain@0",))]
+    assert unreproduced({}, after, ["k0@0"]) == []
+
+
+class _Tracker:
+    def __init__(self) -> None:
+        self.ended: list[tuple[str, bool]] = []
+
+    def end(self, run: str, failed: bool = False) -> None:
+        self.ended.append((run, failed))
+
+
+def test_a_stage_remade_into_other_bytes_stops_the_pipeline_and_leaves_the_workspace_as_committed(tmp_path: Path) -> None:
+    """A real DVC project whose stage a writes other bytes at every run (as a model trained on another kind of
+    CPU): remade after the loss of its cache, it is refused with what reads it, dvc.lock goes back to the
+    committed one and the remade output is removed."""
+    env = _project(tmp_path, '''stages:
+  a: {cmd: "head -c 8 /dev/urandom > a.bin", outs: [a.bin]}
+  b: {cmd: "cat a.bin > b.bin && echo 1 > r.txt", deps: [a.bin], outs: [b.bin, {r.txt: {cache: false}}]}
+''')
+    subprocess.run(["dvc", "repro", "-q"], cwd=tmp_path, check=True, env=env)
+    committed = (tmp_path / "dvc.lock").read_text()
+    shutil.rmtree(tmp_path / ".dvc" / "cache")
+    (tmp_path / "a.bin").unlink()
+    subprocess.run(["dvc", "repro", "-q", "--single-item", "--no-run-cache", "a"], cwd=tmp_path, check=True, env=env)
+    assert (tmp_path / "dvc.lock").read_text() != committed
+    tracker = _Tracker()
+    with pytest.raises(RuntimeError, match=r"a: a\.bin differ; 1 finished stage\(s\) read them"):
+        refuse_unreproduced(tmp_path, committed, ["a"], tracker, "study-run")
+    assert (tmp_path / "dvc.lock").read_text() == committed
+    assert not (tmp_path / "a.bin").exists()
+    assert tracker.ended == [("study-run", True)]
+    assert pending_stages(tmp_path) == {}  # as before the call: b is done by its record
+    refuse_unreproduced(tmp_path, committed, ["a"], tracker, "study-run")  # nothing remade: nothing refused
