@@ -265,10 +265,10 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
                     pool.shutdown(wait=True, cancel_futures=True)  # running stages end; queued ones never start
                     tracker.end(study_run, failed=True)
                     raise RuntimeError(f"stage {stage} failed:\n{output}")
+        if wave in (("prepare",), ("train_k0",)) and not remake_missing:  # before a budget stop, too
+            refuse_unreproduced(root, committed_lock, [s for s in stages if s not in refused], tracker, study_run)
         if refused:  # the next waves build on this one: stop here
             break
-        if wave in (("prepare",), ("train_k0",)) and not remake_missing:
-            refuse_unreproduced(root, committed_lock, stages, tracker, study_run)
     log(progress.summary())
     if refused:
         _stop_early(root, env, tracker, study_run, log)
