@@ -186,7 +186,7 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGa
     from roar.tracking.mlflow_tracker import git_commit
 
     with workspace_lock(root):
-        call, outcome = PipelineCall(root, jobs), FAILED
+        call, outcome = PipelineCall(root, jobs, git_commit(root)), FAILED
         try:
             timings = _run_pipeline(root, jobs, log, gate, remake_missing, call.stage_seconds)
             outcome = FINISHED
@@ -195,7 +195,7 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGa
             outcome = STOPPED
             raise
         finally:
-            call.end(outcome, git_commit(root))
+            call.end(outcome)
 
 
 def _open_study_run(root: Path):

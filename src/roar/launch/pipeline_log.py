@@ -53,15 +53,16 @@ class PipelineCall:
 
     root: Path
     jobs: int
+    git_commit: str = ""  # the checkout the call started from
     started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     stage_seconds: dict[str, float] = field(default_factory=dict)
     _clock: float = field(default_factory=time.perf_counter)
 
-    def end(self, outcome: str, git_commit: str = "") -> dict:
+    def end(self, outcome: str) -> dict:
         """Append this call's line to the study's log (rewritten whole through a rename) and return it."""
         entry = {"started": self.started.isoformat(timespec="seconds"),
                  "wall_seconds": round(time.perf_counter() - self._clock, 1), "jobs": self.jobs,
-                 "outcome": outcome, "git_commit": git_commit, "machine": machine(),
+                 "outcome": outcome, "git_commit": self.git_commit, "machine": machine(),
                  "stages": {name: round(seconds, 1) for name, seconds in self.stage_seconds.items()}}
         path = self.root / LOG
         earlier = path.read_text() if path.is_file() else ""

@@ -20,9 +20,9 @@ def test_machine_names_the_cores_this_process_may_use_and_torchs_cpu_instruction
 
 
 def test_each_call_appends_one_line_and_keeps_the_earlier_ones(tmp_path) -> None:
-    first = PipelineCall(tmp_path, jobs=2)
+    first = PipelineCall(tmp_path, jobs=2, git_commit="abc")
     first.stage_seconds.update({"train_k0@a-0": 12.34, "recursive@a-random-0": 100.0})
-    entry = first.end(STOPPED, "abc")
+    entry = first.end(STOPPED)
     assert entry["outcome"] == STOPPED and entry["jobs"] == 2 and entry["git_commit"] == "abc"
     assert entry["stages"] == {"train_k0@a-0": 12.3, "recursive@a-random-0": 100.0}
     second = PipelineCall(tmp_path, jobs=1)
