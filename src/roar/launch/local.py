@@ -248,6 +248,8 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
         if not stages:
             continue
         log(f"[roar] {len(stages)} stage(s): {', '.join(wave)} ({jobs} at a time)")
+        checked = wave in (("prepare",), ("train_k0",)) and not remake_missing
+        outputs_before = _output_files(root, committed_lock, stages) if checked else {}
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(_repro, root, env, stage, progress.started, gate) for stage in stages]
             for future in as_completed(futures):
@@ -265,8 +267,9 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
                     pool.shutdown(wait=True, cancel_futures=True)  # running stages end; queued ones never start
                     tracker.end(study_run, failed=True)
                     raise RuntimeError(f"stage {stage} failed:\n{output}")
-        if wave in (("prepare",), ("train_k0",)) and not remake_missing:  # before a budget stop, too
-            refuse_unreproduced(root, committed_lock, [s for s in stages if s not in refused], tracker, study_run)
+        if checked:  # before a budget stop, too
+            refuse_unreproduced(root, committed_lock, [s for s in stages if s not in refused], outputs_before,
+                                tracker, study_run, log)
         if refused:  # the next waves build on this one: stop here
             break
     log(progress.summary())
@@ -283,10 +286,23 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
     return timings
 
 
-def refuse_unreproduced(root: Path, committed_lock: str, stages: list[str], tracker, study_run: str) -> None:
+def _output_files(root: Path, committed_lock: str, stages: list[str]) -> dict[str, bytes]:
+    """The bytes of the locked outputs of ``stages`` that are files here now (the step records, which git
+    carries), so that a refused remake can put them back."""
+    import yaml
+
+    entries = (yaml.safe_load(committed_lock or "{}") or {}).get("stages") or {}
+    paths = [out["path"] for stage in stages for out in (entries.get(stage) or {}).get("outs") or []]
+    return {path: (root / path).read_bytes() for path in paths if (root / path).is_file()}
+
+
+def refuse_unreproduced(root: Path, committed_lock: str, stages: list[str], outputs_before: dict[str, bytes],
+                        tracker, study_run: str, log=print) -> None:
     """Stop when a stage remade with its locked inputs wrote other bytes than ``dvc.lock`` holds (another kind
-    of CPU): stages computed from the committed outputs would go stale and be recomputed. The lock is put
-    back and the remade outputs removed, so the workspace is as before the call."""
+    of CPU) and finished stages read them: they would go stale and be recomputed. The lock is put back and the
+    remade outputs removed or, where ``outputs_before`` holds their earlier bytes (the records), put back, so the
+    workspace is as before the call. A remade output that no finished stage
+    reads (a seed whose chains have not run) is kept, and said."""
     import shutil
 
     import yaml
@@ -296,14 +312,21 @@ def refuse_unreproduced(root: Path, committed_lock: str, stages: list[str], trac
 
     lock = root / "dvc.lock"
     found = unreproduced(yaml.safe_load(committed_lock or "{}") or {}, yaml.safe_load(lock.read_text()) or {}, stages)
-    if not found:
+    refused = [item for item in found if item.dependents]
+    if not refused:
+        for item in found:
+            log(f"[roar] {item.stage} wrote other bytes than dvc.lock held ({', '.join(item.outputs)}; another kind "
+                "of CPU); no finished stage reads them: kept")
         return
     write_text_atomic(lock, committed_lock)
-    for path in {root / out for item in found for out in item.outputs}:
+    for out in {out for item in found for out in item.outputs}:
+        path = root / out
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        if out in outputs_before:
+            path.write_bytes(outputs_before[out])
     tracker.end(study_run, failed=True)
     lines = [f"  {item.stage}: {', '.join(item.outputs)} differ; {len(item.dependents)} finished stage(s) read them"
-             for item in found]
+             for item in refused]
     raise RuntimeError(
         "stopped: remade with the code, params and inputs of dvc.lock, these stages wrote other bytes than it holds "
         "(float kernels differ across CPU types: docs/method.md, 'Byte-identical on one machine'):\n"

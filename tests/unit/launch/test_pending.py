@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from roar.launch.local import refuse_unreproduced
+from roar.launch.local import _output_files, refuse_unreproduced
 from roar.launch.pending import Unreproduced, pending_stages, unreproduced
 
 
@@ -119,24 +119,36 @@ class _Tracker:
 
 
 def test_a_stage_remade_into_other_bytes_stops_the_pipeline_and_leaves_the_workspace_as_committed(tmp_path: Path) -> None:
-    """A real DVC project whose stage a writes other bytes at every run (as a model trained on another kind of
-    CPU): remade after the loss of its cache, it is refused with what reads it, dvc.lock goes back to the
-    committed one and the remade output is removed."""
+    """A real DVC project whose stages a and c write other bytes at every run (as a model trained on another kind
+    of CPU), each with its record (uncached, as git carries it). Remade after the loss of the cache, a is refused
+    with what reads it (b): dvc.lock goes back to the committed one, a's output is removed and its record put back.
+    c, which nothing reads (a seed with no finished chain), is kept with its new bytes."""
     env = _project(tmp_path, '''stages:
-  a: {cmd: "head -c 8 /dev/urandom > a.bin", outs: [a.bin]}
+  a: {cmd: "head -c 8 /dev/urandom > a.bin && md5sum a.bin > ra.txt", outs: [a.bin, {ra.txt: {cache: false}}]}
   b: {cmd: "cat a.bin > b.bin && echo 1 > r.txt", deps: [a.bin], outs: [b.bin, {r.txt: {cache: false}}]}
+  c: {cmd: "head -c 8 /dev/urandom > c.bin", outs: [c.bin]}
 ''')
     subprocess.run(["dvc", "repro", "-q"], cwd=tmp_path, check=True, env=env)
     committed = (tmp_path / "dvc.lock").read_text()
+    record = (tmp_path / "ra.txt").read_bytes()
     shutil.rmtree(tmp_path / ".dvc" / "cache")
     (tmp_path / "a.bin").unlink()
+    (tmp_path / "c.bin").unlink()
+    before = _output_files(tmp_path, committed, ["c"])
+    assert _output_files(tmp_path, committed, ["a"]) == {"ra.txt": record}
+    subprocess.run(["dvc", "repro", "-q", "--single-item", "--no-run-cache", "c"], cwd=tmp_path, check=True, env=env)
+    said: list[str] = []
+    refuse_unreproduced(tmp_path, committed, ["c"], before, _Tracker(), "study-run", said.append)
+    assert said == ["[roar] c wrote other bytes than dvc.lock held (c.bin; another kind of CPU); no finished stage "
+                    "reads them: kept"]
+    committed = (tmp_path / "dvc.lock").read_text()  # c's new bytes locked
+    before = _output_files(tmp_path, committed, ["a"])
     subprocess.run(["dvc", "repro", "-q", "--single-item", "--no-run-cache", "a"], cwd=tmp_path, check=True, env=env)
-    assert (tmp_path / "dvc.lock").read_text() != committed
+    assert (tmp_path / "dvc.lock").read_text() != committed and (tmp_path / "ra.txt").read_bytes() != record
     tracker = _Tracker()
-    with pytest.raises(RuntimeError, match=r"a: a\.bin differ; 1 finished stage\(s\) read them"):
-        refuse_unreproduced(tmp_path, committed, ["a"], tracker, "study-run")
+    with pytest.raises(RuntimeError, match=r"a: a\.bin, ra\.txt differ; 1 finished stage\(s\) read them"):
+        refuse_unreproduced(tmp_path, committed, ["a"], before, tracker, "study-run")
     assert (tmp_path / "dvc.lock").read_text() == committed
-    assert not (tmp_path / "a.bin").exists()
+    assert not (tmp_path / "a.bin").exists() and (tmp_path / "ra.txt").read_bytes() == record
     assert tracker.ended == [("study-run", True)]
     assert pending_stages(tmp_path) == {}  # as before the call: b is done by its record
-    refuse_unreproduced(tmp_path, committed, ["a"], tracker, "study-run")  # nothing remade: nothing refused
