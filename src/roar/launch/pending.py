@@ -123,7 +123,7 @@ def _hashes(entries: list[dict] | None) -> dict[str, str | None]:
 def unreproduced(before: dict, after: dict, stages: Collection[str]) -> list[Unreproduced]:
     """The stages among ``stages`` whose ``dvc.lock`` entry (``before`` and ``after`` a run: parsed lock files)
     kept its command, dependencies and params but changed an output's hash, with the locked stages that
-    depend on those outputs. A stage whose code, params or inputs changed is not one: its outputs may move."""
+    depend on those outputs (the report, remade at every call, not counted). A stage whose code, params or inputs changed is not one: its outputs may move."""
     found = []
     old_stages, new_stages = before.get("stages") or {}, after.get("stages") or {}
     for stage in sorted(stages):
@@ -135,7 +135,8 @@ def unreproduced(before: dict, after: dict, stages: Collection[str]) -> list[Unr
         old_outs, new_outs = _hashes(old.get("outs")), _hashes(new.get("outs"))
         moved = tuple(path for path in old_outs if path in new_outs and old_outs[path] != new_outs[path])
         if same_inputs and moved:
-            dependents = tuple(sorted(name for name, entry in old_stages.items() if name != stage and any(
-                _overlap(dep, out) for dep in _hashes(entry.get("deps")) for out in moved)))
+            dependents = tuple(sorted(name for name, entry in old_stages.items() if name != stage
+                                      and stage_kind(name) != "report"  # remade at every call anyway
+                                      and any(_overlap(dep, out) for dep in _hashes(entry.get("deps")) for out in moved)))
             found.append(Unreproduced(stage, moved, dependents))
     return found

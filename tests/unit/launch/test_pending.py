@@ -97,15 +97,16 @@ def test_unreproduced_is_a_stage_remade_with_its_locked_inputs_whose_outputs_mov
         "k0@1": _entry("train 1", {"data": "d1"}, {"models/k0/s1": "m1"}, {"p.yaml": {"lr": 1}}),
         "k0@2": _entry("train 2", {"data": "d1"}, {"models/k0/s2": "m2"}, {"p.yaml": {"lr": 1}}),
         "chain@0": _entry("chain 0", {"models/k0/s0/model.safetensors": "w", "data": "d1"}, {"results/s0": "r"}),
-        "chain@1": _entry("chain 1", {"models/k0/s1": "m1"}, {"results/s1": "r1"})}}
+        "chain@1": _entry("chain 1", {"models/k0/s1": "m1"}, {"results/s1": "r1"}),
+        "report": _entry("report", {"models": "all", "results": "r"}, {"reports": "t"})}}
     after = {"stages": dict(before["stages"])}
     after["stages"]["k0@0"] = _entry("train 0", {"data": "d1"}, {"models/k0/s0": "OTHER"}, {"p.yaml": {"lr": 1}})
     after["stages"]["k0@1"] = _entry("train 1", {"data": "d1"}, {"models/k0/s1": "m1"}, {"p.yaml": {"lr": 1}})
     after["stages"]["k0@2"] = _entry("train 2", {"data": "d1"}, {"models/k0/s2": "NEW"}, {"p.yaml": {"lr": 2}})
     after["stages"]["k0@3"] = _entry("train 3", {"data": "d1"}, {"models/k0/s3": "m3"})
     found = unreproduced(before, after, ["k0@0", "k0@1", "k0@2", "k0@3"])
-    # s0: same inputs, other bytes, read by chain@0 (a file inside the folder); s1 reproduced; s2's params
-    # changed (its model may move); s3 never ran before
+    # s0: same inputs, other bytes, read by chain@0 (a file inside the folder) and by the report, which does not
+    # count (remade at every call); s1 reproduced; s2's params changed (its model may move); s3 never ran before
     assert found == [Unreproduced("k0@0", ("models/k0/s0",), ("chain@0",))]
     assert unreproduced({}, after, ["k0@0"]) == []
 
