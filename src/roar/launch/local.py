@@ -239,7 +239,6 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
         log(f"[roar] {len(names) - len(pending)} of {len(names)} stage(s) done: up to date, or with their records "
             "committed and their cached outputs not needed here (--remake-missing remakes those)")
     lock = root / "dvc.lock"
-    committed_lock = lock.read_text() if lock.is_file() else ""
     order = _cost_rank if gate is None else piece_rank
     waves = [sorted((n for n in names if stage_kind(n) in wave and n in pending), key=order) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)
@@ -249,7 +248,8 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
             continue
         log(f"[roar] {len(stages)} stage(s): {', '.join(wave)} ({jobs} at a time)")
         checked = wave in (("prepare",), ("train_k0",)) and not remake_missing
-        outputs_before = _output_files(root, committed_lock, stages) if checked else {}
+        lock_before = lock.read_text() if checked and lock.is_file() else ""
+        outputs_before = _output_files(root, lock_before, stages) if checked else {}
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(_repro, root, env, stage, progress.started, gate) for stage in stages]
             for future in as_completed(futures):
@@ -268,7 +268,7 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
                     tracker.end(study_run, failed=True)
                     raise RuntimeError(f"stage {stage} failed:\n{output}")
         if checked:  # before a budget stop, too
-            refuse_unreproduced(root, committed_lock, [s for s in stages if s not in refused], outputs_before,
+            refuse_unreproduced(root, lock_before, [s for s in stages if s not in refused], outputs_before,
                                 tracker, study_run, log)
         if refused:  # the next waves build on this one: stop here
             break
@@ -286,17 +286,17 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
     return timings
 
 
-def _output_files(root: Path, committed_lock: str, stages: list[str]) -> dict[str, bytes]:
+def _output_files(root: Path, lock_before: str, stages: list[str]) -> dict[str, bytes]:
     """The bytes of the locked outputs of ``stages`` that are files here now (the step records, which git
     carries), so that a refused remake can put them back."""
     import yaml
 
-    entries = (yaml.safe_load(committed_lock or "{}") or {}).get("stages") or {}
+    entries = (yaml.safe_load(lock_before or "{}") or {}).get("stages") or {}
     paths = [out["path"] for stage in stages for out in (entries.get(stage) or {}).get("outs") or []]
     return {path: (root / path).read_bytes() for path in paths if (root / path).is_file()}
 
 
-def refuse_unreproduced(root: Path, committed_lock: str, stages: list[str], outputs_before: dict[str, bytes],
+def refuse_unreproduced(root: Path, lock_before: str, stages: list[str], outputs_before: dict[str, bytes],
                         tracker, study_run: str, log=print) -> None:
     """Stop when a stage remade with its locked inputs wrote other bytes than ``dvc.lock`` holds (another kind
     of CPU) and finished stages read them: they would go stale and be recomputed. The lock is put back and the
@@ -311,14 +311,16 @@ def refuse_unreproduced(root: Path, committed_lock: str, stages: list[str], outp
     from roar.launch.pending import unreproduced
 
     lock = root / "dvc.lock"
-    found = unreproduced(yaml.safe_load(committed_lock or "{}") or {}, yaml.safe_load(lock.read_text()) or {}, stages)
+    if not stages or not lock_before or not lock.is_file():  # nothing ran, or nothing was locked before
+        return
+    found = unreproduced(yaml.safe_load(lock_before or "{}") or {}, yaml.safe_load(lock.read_text()) or {}, stages)
     refused = [item for item in found if item.dependents]
     if not refused:
         for item in found:
             log(f"[roar] {item.stage} wrote other bytes than dvc.lock held ({', '.join(item.outputs)}; another kind "
                 "of CPU); no finished stage reads them: kept")
         return
-    write_text_atomic(lock, committed_lock)
+    write_text_atomic(lock, lock_before)
     for out in {out for item in found for out in item.outputs}:
         path = root / out
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
