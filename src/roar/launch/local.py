@@ -195,7 +195,8 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGa
             outcome = STOPPED
             raise
         finally:
-            call.end(outcome)
+            if call.stage_seconds or outcome != FAILED:  # a call refused before any stage ran leaves no line
+                call.end(outcome)
 
 
 def _open_study_run(root: Path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 import torch
 
 from roar.launch.pipeline_log import FINISHED, LOG, STOPPED, PipelineCall, machine, read_calls, totals
@@ -43,3 +44,11 @@ def test_totals_sum_wall_and_stage_process_hours_over_calls() -> None:
 
 def test_a_study_without_a_log_has_no_calls(tmp_path) -> None:
     assert read_calls(tmp_path) == []
+
+
+def test_a_call_refused_before_any_stage_ran_leaves_no_line(tmp_path) -> None:
+    from roar.launch.local import run_pipeline
+
+    with pytest.raises(FileNotFoundError):  # no params.yaml: refused before the study run opens
+        run_pipeline(tmp_path, log=lambda line: None)
+    assert not (tmp_path / LOG).exists()
