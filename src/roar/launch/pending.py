@@ -6,10 +6,10 @@ stage whose only change is that those cached outputs are missing is done: its co
 the report reads, so it is skipped (DVC's ``--allow-missing``). It runs again only when a stage that must
 run needs its outputs (a chain still to run needs the prepared data and its k = 0 model); on the kind of
 CPU that made them it makes the same bytes that ``dvc.lock`` holds, on another kind it may not
-(:func:`unreproduced`, and the pipeline stops before anything is computed from them). A stage whose records are missing is never done, nor is the
-report (its figures are cheap to remake and are what a reader opens). ``remake_missing`` turns the rule
-off: every stage whose outputs are absent runs (a reproduction from scratch, as ``make run`` does on a
-fresh clone).
+(:func:`unreproduced`, and the pipeline stops before anything is computed from them). A stage whose
+records are missing is never done, nor is the report (its figures are cheap to remake and are what a
+reader opens). ``remake_missing`` turns the rule off: every stage whose outputs are absent runs (a
+reproduction from scratch, as ``make run`` does on a fresh clone).
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ def _hashes(entries: list[dict] | None) -> dict[str, str | None]:
 def unreproduced(before: dict, after: dict, stages: Collection[str]) -> list[Unreproduced]:
     """The stages among ``stages`` whose ``dvc.lock`` entry (``before`` and ``after`` a run: parsed lock files)
     kept its command, dependencies and params but changed an output's hash, with the locked stages that
-    depend on those outputs (the report, remade at every call, not counted). A stage whose code, params or inputs changed is not one: its outputs may move."""
+    depend on those outputs (the report, remade at every call, not counted). A stage whose code, params or
+    inputs changed is not one: its outputs may move."""
     found = []
     old_stages, new_stages = before.get("stages") or {}, after.get("stages") or {}
     for stage in sorted(stages):
@@ -135,8 +136,9 @@ def unreproduced(before: dict, after: dict, stages: Collection[str]) -> list[Unr
         old_outs, new_outs = _hashes(old.get("outs")), _hashes(new.get("outs"))
         moved = tuple(path for path in old_outs if path in new_outs and old_outs[path] != new_outs[path])
         if same_inputs and moved:
-            dependents = tuple(sorted(name for name, entry in old_stages.items() if name != stage
-                                      and stage_kind(name) != "report"  # remade at every call anyway
-                                      and any(_overlap(dep, out) for dep in _hashes(entry.get("deps")) for out in moved)))
+            dependents = tuple(sorted(
+                name for name, entry in old_stages.items()
+                if name != stage and stage_kind(name) != "report"  # the report is remade at every call anyway
+                and any(_overlap(dep, out) for dep in _hashes(entry.get("deps")) for out in moved)))
             found.append(Unreproduced(stage, moved, dependents))
     return found
