@@ -334,7 +334,7 @@ def refuse_unreproduced(root: Path, lock_before: str, stages: list[str], outputs
         "stopped: remade with the code, params and inputs of dvc.lock, these stages wrote other bytes than it holds "
         "(float kernels differ across CPU types: docs/method.md, 'Byte-identical on one machine'):\n"
         + "\n".join(lines) + "\n"
-        "dvc.lock is left as committed. To keep the finished stages, run this study where its committed outputs "
+        "dvc.lock and the records are put back as they were. To keep the finished stages, run this study where its committed outputs "
         "are (`dvc pull` from its DVC remote, or a machine of the CPU type named in runs/pipeline.jsonl); to "
         "recompute the whole study on this machine instead, run again with --remake-missing.")
 

@@ -54,9 +54,9 @@ class PipelineCall:
     root: Path
     jobs: int
     git_commit: str = ""  # the checkout the call started from
-    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    started: datetime = field(init=False, default_factory=lambda: datetime.now(timezone.utc))
     stage_seconds: dict[str, float] = field(default_factory=dict)
-    _clock: float = field(default_factory=time.perf_counter)
+    _clock: float = field(init=False, repr=False, default_factory=time.perf_counter)
 
     def end(self, outcome: str) -> dict:
         """Append this call's line to the study's log (rewritten whole through a rename) and return it."""
