@@ -175,6 +175,11 @@ MASKING_COUNTS = ("roar", "official")
 # chain of the same seed (the default), or, as the official code (nlp-roar-interpretability,
 # export/roar_plot.py), the plain ROAR random chain for the Recursive and the plain ROAR curves alike.
 RACU_BASELINES = ("recursive-random", "plain-random")
+# study.k0_models: where a study folder keeps its k = 0 models, the input of every chain: the DVC cache and
+# remote (the default), or git (DVC outputs with cache: false, committed with the step records), so that a
+# study run in pieces goes on where its machine and DVC remote are gone: remade on another kind of CPU, a
+# k = 0 model has other bytes and would put every finished chain of its seed out of date.
+K0_MODEL_STORES = ("dvc", "git")
 
 
 def model_family(name: str) -> ModelFamily:

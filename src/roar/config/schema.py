@@ -24,8 +24,8 @@ from dataclasses import fields
 from roar.core.errors import RoarError
 from roar.config.datasets import TOKENS
 from roar.config.fidelity import PRESETS, with_fidelity
-from roar.config.catalog import (MASKING_COUNTS, MEASURE_SPECS, MODEL_FAMILIES, RACU_BASELINES, STRATEGY_SPECS,
-                                 TARGETS)
+from roar.config.catalog import (K0_MODEL_STORES, MASKING_COUNTS, MEASURE_SPECS, MODEL_FAMILIES, RACU_BASELINES,
+                                 STRATEGY_SPECS, TARGETS)
 from roar.config.rules import Rule, anything, integer, is_int, mapping, matches, number, one_of, text
 from roar.config.train_config import ATTEND, BATCHING, DEVICES, attend_problem, mask_augment_problem
 
@@ -34,7 +34,8 @@ FIDELITY = "fidelity"  # the top-level key of the preset (roar.config.fidelity),
 REQUIRED_SECTIONS = ("study", "prepare", "train", "importance")
 STUDY_REQUIRED = ("name", "datasets", "models", "measures", "seeds", "strategy", "steps")
 # study: the optional keys and their rules (roar_measures is checked as a list of names).
-STUDY_RULES: dict[str, Rule] = {"masking_count": one_of(MASKING_COUNTS), "racu_baseline": one_of(RACU_BASELINES)}
+STUDY_RULES: dict[str, Rule] = {"masking_count": one_of(MASKING_COUNTS), "racu_baseline": one_of(RACU_BASELINES),
+                                "k0_models": one_of(K0_MODEL_STORES)}
 STUDY_KEYS = (*STUDY_REQUIRED, "roar_measures", *STUDY_RULES)
 NOTE = "note"  # a free-form key allowed in every importance.<measure> (e.g. to force a params change)
 

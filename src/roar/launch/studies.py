@@ -25,14 +25,16 @@ from roar.config.layout import STUDIES, project_root
 
 DEFAULT = "default"  # the name of the study at the project root
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+K0_STAGE = "train_k0"  # the stage template whose model output study.k0_models places
 HEADER = ("# Generated from the project's dvc.yaml by `roar study sync`: edit that one, then run `roar study sync`.\n"
           "# This study's grid and hyperparameters are in params.yaml beside this file.\n")
 
 
-def study_dvc_yaml(top: str, up: str = "../..") -> str:
+def study_dvc_yaml(top: str, up: str = "../..", k0_models: str = "dvc") -> str:
     """The ``dvc.yaml`` text of a study folder ``up`` levels below the root, from the root's ``dvc.yaml`` text:
     the same stages, metrics and plots, with the code fingerprints' file (the project's ``provenance.yaml``)
-    made relative to the folder."""
+    made relative to the folder, and with ``k0_models: git`` (``study.k0_models``) the k = 0 models as
+    ``cache: false`` outputs, which git carries with the step records."""
     import yaml
 
     from roar.pipeline.provenance import PROVENANCE_FILE
@@ -42,7 +44,23 @@ def study_dvc_yaml(top: str, up: str = "../..") -> str:
         stage["params"] = [{f"{up}/{PROVENANCE_FILE}": item[PROVENANCE_FILE]}
                            if isinstance(item, dict) and PROVENANCE_FILE in item else item
                            for item in stage.get("params", [])]
+    if k0_models == "git":
+        k0 = pipeline["stages"][K0_STAGE]
+        k0["outs"] = [{out: {"cache": False}} if isinstance(out, str) and out.startswith("models/") else out
+                      for out in k0["outs"]]
     return HEADER + yaml.safe_dump(pipeline, sort_keys=False, width=120)
+
+
+def k0_model_store(folder: Path) -> str:
+    """``study.k0_models`` of the study in ``folder`` as written (``dvc`` when absent or unreadable: the
+    schema check of ``roar validate`` and every command names a wrong value)."""
+    import yaml
+
+    try:
+        study = (yaml.safe_load((Path(folder) / "params.yaml").read_text(encoding="utf-8")) or {}).get("study")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return "dvc"
+    return study.get("k0_models", "dvc") if isinstance(study, dict) else "dvc"
 
 
 def study_folders(root: Path = Path(".")) -> list[Path]:
@@ -57,7 +75,7 @@ def study_names(root: Path = Path(".")) -> list[str]:
 
 def _expected(root: Path, folder: Path) -> str:
     up = Path(os.path.relpath(root, folder)).as_posix()
-    return study_dvc_yaml((root / "dvc.yaml").read_text(encoding="utf-8"), up)
+    return study_dvc_yaml((root / "dvc.yaml").read_text(encoding="utf-8"), up, k0_model_store(folder))
 
 
 def stale_studies(root: Path = Path(".")) -> list[Path]:
@@ -114,6 +132,10 @@ def resolve_study(name: str | None, cwd: Path = Path(".")) -> Path:
         raise FileNotFoundError(f"dvc.yaml not found in {folder}; run from the project root or a study folder, "
                                 "or pass --study NAME")
     root = project_root(folder)
+    if folder.resolve() == root.resolve() and k0_model_store(folder) == "git":
+        raise RoarError(f"study.k0_models = 'git' in {folder / 'params.yaml'} applies to study folders "
+                        "(`roar study new`), whose dvc.yaml roar generates; the project's own dvc.yaml is the "
+                        "template: remove the key, or run the study in a folder of its own")
     if folder.resolve() != root and folder.resolve() in {p.resolve() for p in stale_studies(root)}:
         raise RoarError(f"{folder / 'dvc.yaml'} differs from what the project's dvc.yaml generates; "
                         "run `roar study sync` (then commit it)")

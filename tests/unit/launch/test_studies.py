@@ -202,3 +202,46 @@ def test_study_status_with_an_rwlock_a_killed_dvc_process_left_unreadable_says_w
     status = study_status(tmp_path, "default")
     assert status.state == BUSY and "rwlock is unreadable" in status.why, status
     assert status.todo.startswith("`roar pipeline` removes it")
+
+
+def _with_k0_models(params: Path, store: str) -> Path:
+    text = params.read_text()
+    params.write_text(text.replace("study:\n", f"study:\n  k0_models: {store}\n", 1))
+    return params
+
+
+def test_k0_models_in_git_makes_only_the_k0_model_outputs_uncached(project: Path) -> None:
+    from dvc.repo import Repo
+
+    source = project / "k0-in-git.yaml"
+    shutil.copy(project / "params.yaml", source)
+    folder = new_study("k0-in-git", _with_k0_models(source, "git"), project)
+    plain = yaml.safe_load(study_dvc_yaml((project / "dvc.yaml").read_text()))
+    moved = yaml.safe_load((folder / "dvc.yaml").read_text())
+    assert moved["stages"]["train_k0"]["outs"] == [{"models/${item.dataset}/${item.model}/k0/s${item.seed}":
+                                                    {"cache": False}}, *plain["stages"]["train_k0"]["outs"][1:]]
+    assert {k: v for k, v in moved["stages"].items() if k != "train_k0"} == \
+        {k: v for k, v in plain["stages"].items() if k != "train_k0"}
+    # DVC reads it so: the k = 0 models are outputs git carries, the all-masked ones stay in the cache
+    (project / ".dvc" / "config").write_text("[core]\n    no_scm = true\n")
+    with Repo(str(folder)) as repo:
+        uncached = {str(out) for stage in repo.index.stages for out in stage.outs if not out.use_cache
+                    and "/results/" not in f"/{out}" and "reports" not in str(out)}
+    assert uncached and all("/k0/" in path for path in uncached)
+    assert stale_studies(project) == []
+    # switched back by hand without a sync: the folder's dvc.yaml is stale and refused until synced
+    (folder / "params.yaml").write_text((folder / "params.yaml").read_text().replace("k0_models: git", "k0_models: dvc"))
+    assert stale_studies(project) == [folder]
+
+
+def test_k0_models_in_git_is_refused_at_the_project_root(project: Path) -> None:
+    _with_k0_models(project / "params.yaml", "git")
+    with pytest.raises(RoarError, match="k0_models = 'git'.*study folders"):
+        resolve_study("default", project)
+
+
+def test_k0_models_other_values_are_refused(project: Path) -> None:
+    from roar.config.params import load_params
+
+    with pytest.raises(RoarError, match="study.k0_models.*'s3'.*dvc, git"):
+        load_params(_with_k0_models(project / "params.yaml", "s3"))
