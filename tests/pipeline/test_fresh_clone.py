@@ -2,15 +2,19 @@
 neither the DVC cache nor its remote. ``roar pipeline`` there runs no finished chain again; a chain whose
 records were never committed runs with only the inputs it lacks (prepared data, its k = 0 model), and what
 it remakes is byte for byte what ``dvc.lock`` and the records hold; the report's figures are remade.
-``--remake-missing`` reproduces everything from scratch, to the same bytes."""
+``--remake-missing`` reproduces everything from scratch, to the same bytes. With ``study.k0_models: git`` a
+plain git clone has the k = 0 models too, and a missing chain runs without remaking them."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
-from tests.pipeline.conftest import sh
+import yaml
+from tests.conftest import tiny_params
+from tests.pipeline.conftest import commit, make_project, sh
 
 CHAIN = "results/babi-1/bilstm-attention/attention/recursive/s1"
 
@@ -59,3 +63,36 @@ def test_remake_missing_reproduces_a_clone_from_scratch_to_the_committed_bytes(t
         f"recursive@babi-1-bilstm-attention-{m}-{seed}" for m in ("random", "attention") for seed in (0, 1)}, out
     assert _files(clone) == committed
     assert all((clone / f"models/babi-1/bilstm-attention/k0/s{seed}").is_dir() for seed in (0, 1))
+
+
+K0 = "models/babi-1/bilstm-attention/k0/s0"
+
+
+def test_a_study_with_k0_models_in_git_goes_on_in_a_git_clone_without_remaking_them(tmp_path) -> None:
+    """``study.k0_models: git``: the k = 0 model is committed with the records, so a plain ``git clone`` (no DVC
+    cache, no remote: another machine, possibly another kind of CPU) runs a missing chain from that model
+    instead of remaking it."""
+    root = make_project(tmp_path / "project", tiny_params())
+    params = tiny_params()
+    params["study"].update(name="micro", seeds=[0], steps=[50], k0_models="git")
+    params["prepare"]["babi-1"].update(n_train=300, n_test=100)
+    (root / "micro.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    sh("roar", "study", "new", "micro", "--from", "micro.yaml", cwd=root)
+    sh("roar", "pipeline", "--study", "micro", "--no-push", cwd=root)
+    study = root / "studies" / "micro"
+    model = study / K0 / "model.safetensors"
+    assert model.is_file() and subprocess.run(["git", "check-ignore", "-q", str(model)], cwd=root).returncode == 1
+    commit(root, "micro, k = 0 models in git")
+    assert f"studies/micro/{K0}/model.safetensors" in sh("git", "ls-files", "studies/micro/models", cwd=root)
+    committed = _files(study)
+
+    clone = tmp_path / "clone"
+    sh("git", "clone", "-q", str(root), str(clone), cwd=tmp_path)
+    sh("dvc", "remote", "remove", "storage", cwd=clone)
+    chain = clone / "studies/micro/results/babi-1/bilstm-attention/attention/recursive/s0"
+    shutil.rmtree(chain)  # a chain whose machine was lost before its records were committed
+    out = sh("roar", "pipeline", "--study", "micro", "--no-push", cwd=clone)
+    assert _ran(out) == {"prepare@babi-1-bilstm-attention", "recursive@babi-1-bilstm-attention-attention-0",
+                         "report"}, out  # the prepared data (the same bytes on any CPU), not the k = 0 model
+    assert (clone / "studies/micro" / K0 / "model.safetensors").read_bytes() == model.read_bytes()
+    assert _files(clone / "studies/micro") == committed
