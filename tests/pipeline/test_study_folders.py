@@ -92,3 +92,35 @@ def test_metrics_and_plots_of_studies_side_by_side_and_between_commits(project: 
     revs = {row["rev"] for row in content["data"]["values"]}
     measures = {row["measure"] for row in content["data"]["values"]}
     assert revs == {"HEAD", "workspace"} and measures == {"random", "attention"}
+
+
+def test_a_second_target_takes_the_chains_that_explain_no_class_from_the_first(tmp_path: Path) -> None:
+    """Two studies that differ only in ``importance.target``: the second computes its gradient chains (they
+    explain a class) and copies the random and attention steps, whose step keys do not hold the target."""
+    root = make_project(tmp_path / "project", tiny_params())
+    for name, target in (("gold", "gold"), ("predicted", "predicted")):
+        params = tiny_params()
+        params["study"].update(name=name, seeds=[0], steps=[50], measures=["random", "attention", "gradient"])
+        params["prepare"]["babi-1"].update(n_train=300, n_test=100)
+        params["importance"]["target"] = target
+        (root / f"{name}.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        sh("roar", "study", "new", name, "--from", f"{name}.yaml", cwd=root)
+    sh("roar", "pipeline", "--study", "gold", "--no-push", cwd=root)
+    sh("roar", "pipeline", "--study", "predicted", "--no-push", cwd=root)
+
+    chain = "babi-1/bilstm-attention/{}/recursive/s0/k50"
+    gold, predicted = root / "studies/gold", root / "studies/predicted"
+    for measure in ("random", "attention"):
+        record, facts = f"results/{chain.format(measure)}.json", f"runs/{chain.format(measure)}.json"
+        assert (predicted / record).read_bytes() == (gold / record).read_bytes()
+        # copied, not recomputed: the run facts name the gold study's MLflow runs (a recompute has its own)
+        assert (predicted / facts).read_bytes() == (gold / facts).read_bytes()
+        model = f"models/{chain.format(measure)}/model.safetensors"
+        assert (predicted / model).read_bytes() == (gold / model).read_bytes()
+    made = json.loads((predicted / f"results/{chain.format('gradient')}.json").read_text())
+    assert made["target"] == "predicted"
+    facts = f"runs/{chain.format('gradient')}.json"
+    assert json.loads((predicted / facts).read_text())["step_run_id"] != json.loads((gold / facts).read_text())[
+        "step_run_id"]
+    assert made["step_key"] != json.loads((gold / f"results/{chain.format('gradient')}.json").read_text())["step_key"]
+    assert "Data and pipelines are up to date" in sh("dvc", "status", "dvc.yaml", cwd=predicted)

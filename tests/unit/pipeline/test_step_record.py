@@ -4,6 +4,7 @@ step only when its key and its files match."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,65 @@ def test_the_store_reuses_a_step_only_with_its_key_and_its_files(tmp_path: Path)
     assert "differs from the step record's" in said[0]
     store.record_path(90).write_text("{")
     assert store.load_done(90, {"abc"}, said.append) is None and "unreadable step record" in said[1]
+
+
+def _chain_store(study: Path) -> StepStore:
+    chain = Path("babi-1/bilstm-attention/attention/recursive/s0")
+    return StepStore(study / "data/masked" / chain, study / "models" / chain, study / "results" / chain)
+
+
+def _finish_step(store: StepStore, k: int, key: str) -> StepRecord:
+    for folder, name in ((store.data_dir(k), "train.arrow"), (store.model_dir(k), "model.safetensors")):
+        folder.mkdir(parents=True)
+        (folder / name).write_text(f"{name} of {store.study_folder().name}")
+    record = StepRecord.from_json({**STEP, "k": k, "step_key": key, "data_path": str(store.data_dir(k)),
+                                   "model_path": str(store.model_dir(k)), "data_hash": content_hash(store.data_dir(k)),
+                                   "model_hash": content_hash(store.model_dir(k))}, STEP_RUN)
+    store.write(record)
+    return record
+
+
+def test_a_step_done_with_the_same_key_in_another_study_folder_is_copied_not_recomputed(tmp_path: Path) -> None:
+    (tmp_path / ".dvc").mkdir()
+    for name in ("gold", "predicted", "unrelated"):
+        (tmp_path / "studies" / name).mkdir(parents=True)
+        (tmp_path / "studies" / name / "params.yaml").write_text("study: {}\n")
+    gold, predicted = _chain_store(tmp_path / "studies/gold"), _chain_store(tmp_path / "studies/predicted")
+    done = _finish_step(gold, 10, "same key")
+    _finish_step(_chain_store(tmp_path / "studies/unrelated"), 10, "another key")
+    (tmp_path / "studies/empty").mkdir()  # no params.yaml: not a study folder
+    assert predicted.study_folder() == (tmp_path / "studies/predicted").resolve()
+    assert [s.study_folder().name for s in predicted.elsewhere()] == [tmp_path.name, "gold", "unrelated"]
+
+    said = []
+    assert predicted.load_done(10, {"a key of no study"}, said.append) is None and not said
+    assert not predicted.data_dir(10).exists()
+    record = predicted.load_done(10, {"same key"}, said.append)
+    assert record is not None and "done in" in said[0] and said[0].rstrip().endswith("recomputing it")
+    assert "studies/gold" in said[0]
+    for there, here in ((gold.data_dir(10), predicted.data_dir(10)), (gold.model_dir(10), predicted.model_dir(10))):
+        assert content_hash(here) == content_hash(there) and (here / next(p.name for p in there.iterdir())).is_file()
+    assert record.data_path == str(predicted.data_dir(10)) and record.model_path == str(predicted.model_dir(10))
+    assert (record.value, record.step_key, record.data_hash, record.run) == (done.value, "same key", done.data_hash,
+                                                                            done.run)  # it names the run that made it
+    assert not list(predicted.data.glob("*.tmp*")) and not list(predicted.models.glob("*.tmp*"))
+    # now done here: reused in place, nothing copied again
+    said.clear()
+    assert predicted.load_done(10, {"same key"}, said.append) == record and not said
+
+
+def test_a_step_elsewhere_whose_files_changed_is_not_copied(tmp_path: Path) -> None:
+    (tmp_path / ".dvc").mkdir()
+    for name in ("gold", "predicted"):
+        (tmp_path / "studies" / name).mkdir(parents=True)
+        (tmp_path / "studies" / name / "params.yaml").write_text("study: {}\n")
+    gold, predicted = _chain_store(tmp_path / "studies/gold"), _chain_store(tmp_path / "studies/predicted")
+    _finish_step(gold, 10, "same key")
+    (gold.model_dir(10) / "model.safetensors").write_text("retrained since")
+    assert predicted.load_done(10, {"same key"}, lambda message: None) is None
+    assert not predicted.model_dir(10).exists() and not predicted.record_path(10).exists()
+    shutil.rmtree(gold.data_dir(10))  # a study folder whose DVC outputs this machine lacks
+    assert predicted.load_done(10, {"same key"}, lambda message: None) is None
 
 
 def test_the_store_drops_steps_no_longer_studied(tmp_path: Path) -> None:
