@@ -22,6 +22,7 @@ from roar.core.errors import RoarError
 from roar.core.fileio import write_text_atomic
 from roar.launch.pending import lacks_records
 from roar.config.layout import STUDIES, project_root
+from roar.config.study_folders import study_folders
 
 DEFAULT = "default"  # the name of the study at the project root
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -61,12 +62,6 @@ def k0_model_store(folder: Path) -> str:
     except (OSError, yaml.YAMLError, AttributeError):
         return "dvc"
     return study.get("k0_models", "dvc") if isinstance(study, dict) else "dvc"
-
-
-def study_folders(root: Path = Path(".")) -> list[Path]:
-    """The study folders of the project at ``root`` (those with a ``params.yaml``), by name."""
-    folder = Path(root) / STUDIES
-    return sorted(p for p in folder.iterdir() if (p / "params.yaml").is_file()) if folder.is_dir() else []
 
 
 def study_names(root: Path = Path(".")) -> list[str]:

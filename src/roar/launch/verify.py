@@ -43,7 +43,7 @@ from pathlib import Path
 
 from roar.config.catalog import RACU_BASELINES
 from roar.core.errors import RoarError
-from roar.launch.studies import study_folders
+from roar.config.study_folders import study_folders
 from roar.pipeline.provenance import (PROVENANCE_FILE, STAGE_KINDS, fingerprint_key, lookup, read_provenance,
                                       write_provenance)
 

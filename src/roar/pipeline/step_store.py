@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from roar.core.fileio import content_hash
-from roar.config.layout import STUDIES, project_root, run_facts_path, step_dir
+from roar.config.layout import project_root, run_facts_path, step_dir
+from roar.config.study_folders import study_folders
 from roar.pipeline.step_record import StepRecord
 
 
@@ -127,7 +128,7 @@ class StepStore:
         ``studies/<name>`` with a ``params.yaml``."""
         here = self.study_folder()
         root = project_root(here)
-        folders = [root, *sorted(p for p in (root / STUDIES).glob("*") if (p / "params.yaml").is_file())]
+        folders = [root, *study_folders(root)]
 
         def moved(path: Path, folder: Path) -> Path:
             return folder / path.resolve().relative_to(here)
