@@ -132,7 +132,7 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
 
 def _stopped_by_budget(root: Path, budget, jobs: int, seconds: float) -> None:
     """Say what the time budget left and how long it is expected to take, then exit 75 (run again to resume)."""
-    from roar.launch.budget import EXIT_MORE_TO_DO
+    from roar.pipeline.deadline import EXIT_MORE_TO_DO
     from roar.launch.local import chain_steps_done, stage_names
 
     left, expected = budget.left(stage_names(root), jobs)

@@ -8,6 +8,7 @@ import typer
 
 from roar.cli.common import (PARAMS, PROGRESS, Dataset, Measure, Model, check_names, completion, load_checked_params,
                              model_names, command)
+from roar.pipeline.deadline import DEADLINE_ENV
 
 
 @command()
@@ -70,7 +71,11 @@ def chain(dataset: Dataset, model: Model, measure: Measure, seed: int,
           recursive: bool = typer.Option(True, "--recursive/--roar", help="Recursive ROAR or plain ROAR."),
           skip_unsupported: bool = typer.Option(False, help="Write a note instead of failing when the measure "
                                                 "is not defined for the model (the DVC grid uses this)."),
-          params: Path = PARAMS, progress: bool = PROGRESS) -> None:
+          params: Path = PARAMS, progress: bool = PROGRESS,
+          deadline: str = typer.Option(None, envvar=DEADLINE_ENV, hidden=True,
+                                       help="'<end, unix seconds> <seconds per step>': stop between steps before "
+                                            "a step that would not end by then (set by `roar pipeline "
+                                            "--time-budget`).")) -> None:
     """Run every ROAR step of one chain (importance -> mask -> train), resuming finished steps."""
     from roar.models.saved_model import check_model_folder
     from roar.data.storage import check_dataset
@@ -78,7 +83,10 @@ def chain(dataset: Dataset, model: Model, measure: Measure, seed: int,
     from roar.config.layout import Layout
     from roar.config.catalog import check_supported, measure_spec
 
+    from roar.pipeline.deadline import EXIT_MORE_TO_DO, StepDeadline, StoppedAtDeadline
+
     check_names(measure=measure, dataset=dataset, model=model)
+    stop_by = StepDeadline.parse(deadline)
     loaded = load_checked_params(params)
     if skip_unsupported:
         try:
@@ -103,7 +111,11 @@ def chain(dataset: Dataset, model: Model, measure: Measure, seed: int,
     from roar.pipeline.chain import ChainRunner, ChainSpec
     from roar.pipeline.stage import stage_runner
 
-    records = stage_runner(ChainRunner, loaded, progress=progress).run_chain(ChainSpec(dataset, model, measure, seed,
-                                                                                  recursive))
+    spec = ChainSpec(dataset, model, measure, seed, recursive)
+    try:
+        records = stage_runner(ChainRunner, loaded, progress=progress).run_chain(spec, stop_by)
+    except StoppedAtDeadline as stop:
+        typer.echo(f"{spec.name}: {stop}", err=True)
+        raise typer.Exit(EXIT_MORE_TO_DO) from None
     for r in records:
         typer.echo(f"k={r.k:>3} {r.metric}={r.value:.4f}")

@@ -8,8 +8,11 @@ says what is left; the next call resumes, reusing every finished stage and step.
 A stage's expected seconds come from :mod:`roar.launch.plan` (measured or calibrated rates),
 scaled to the part of a chain not yet done (its step records on disk) and, once stages have run
 here, by how long they took against their plan (the machine's load today). The budget bounds when
-stages *start*; a stage that runs past its estimate is not stopped (keep a margin below a hard
-wall-time limit such as Slurm's ``--time``).
+stages *start*. A chain stage gets the budget's end as its deadline (:mod:`roar.pipeline.deadline`): it
+may start when one of its steps fits, and stops between steps before one that would not end in time, so
+that no worker idles through the last hours of a budget because no whole chain fits in them. A step that
+runs past its estimate is not stopped (keep a margin below a hard wall-time limit such as Slurm's
+``--time``).
 """
 
 from __future__ import annotations
@@ -22,10 +25,8 @@ from pathlib import Path
 
 from roar.core.errors import RoarError
 from roar.launch.plan import STAGE_OVERHEAD_S, makespan
+from roar.pipeline.deadline import DEADLINE_ENV, StepDeadline
 
-# The exit status of a pipeline stopped by its budget with stages left: EX_TEMPFAIL ("try again later"),
-# so that a job script can tell "run me again" from success and from failure.
-EXIT_MORE_TO_DO = 75
 UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 
@@ -46,17 +47,25 @@ def parse_duration(text: str) -> float:
 @dataclass
 class TimeBudget:
     """The budget of one pipeline call, and the planned seconds of each stage still to do (stages absent
-    from ``planned`` are up to date and cost only their process; None where no rate is known)."""
+    from ``planned`` are up to date and cost only their process; None where no rate is known) and of one
+    step of each chain stage still to do (``step_planned``: such a stage may stop between steps)."""
 
     seconds: float
     planned: dict[str, float | None]
     clock: Callable[[], float] = time.monotonic
+    step_planned: dict[str, float] = field(default_factory=dict)
+    wall_clock: Callable[[], float] = time.time  # the deadline a stage process gets is wall-clock time
     started_at: float = field(default=0.0)
     ran: dict[str, float] = field(default_factory=dict)  # stage -> seconds it took, stages with a plan
+    stopped: dict[str, float] = field(default_factory=dict)  # chain stage -> seconds it ran before its deadline
     refused: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.started_at = self.clock()
+
+    @property
+    def seconds_left(self) -> float:
+        return self.seconds - (self.clock() - self.started_at)
 
     @property
     def pace(self) -> float:
@@ -72,27 +81,56 @@ class TimeBudget:
         planned = self.planned[stage]
         return None if planned is None else planned * self.pace
 
+    def step_expected(self, stage: str) -> float | None:
+        """Seconds one step of chain stage ``stage`` is expected to take here; None for other stages."""
+        planned = self.step_planned.get(stage)
+        return None if planned is None else planned * self.pace
+
     def admits(self, stage: str) -> bool:
-        """Whether ``stage`` may start: up to date, or expected to finish before the budget ends (a stage of
-        unknown cost starts while nothing has been refused). A refused stage is remembered for :meth:`left`."""
+        """Whether ``stage`` may start: up to date, expected to finish before the budget ends, or a chain stage
+        whose next step is (it stops between steps at its deadline: :meth:`stage_env`). A stage of unknown cost
+        starts while nothing has been refused. A refused stage is remembered for :meth:`left`."""
         if stage not in self.planned:
             return True
-        expected = self.expected(stage)
-        fits = (not self.refused) if expected is None else self.clock() - self.started_at + expected <= self.seconds
+        expected, step = self.expected(stage), self.step_expected(stage)
+        if expected is None:
+            fits = not self.refused
+        else:
+            fits = expected <= self.seconds_left or (step is not None and STAGE_OVERHEAD_S + step <= self.seconds_left)
         if not fits:
             self.refused.append(stage)
         return fits
+
+    def stage_env(self, stage: str) -> dict[str, str]:
+        """The environment of ``stage``'s process: a chain stage's deadline, the budget's end."""
+        step = self.step_expected(stage)
+        if step is None:
+            return {}
+        return {DEADLINE_ENV: StepDeadline(self.wall_clock() + self.seconds_left, step).format()}
 
     def finished(self, stage: str, seconds: float) -> None:
         if self.planned.get(stage):
             self.ran[stage] = seconds
 
+    def stopped_at_deadline(self, stage: str, seconds: float) -> None:
+        """``stage`` stopped between steps after ``seconds`` with steps left (not counted in the pace: it ran
+        only part of its plan)."""
+        self.stopped[stage] = seconds
+
     def left(self, stages: list[str], jobs: int) -> tuple[list[str], float | None]:
-        """The stages of ``stages`` not run (refused or never reached) that still have work, and their
-        expected wall time on ``jobs`` workers (None when a rate is missing)."""
+        """The stages of ``stages`` not finished (refused, never reached or stopped at the deadline) that still
+        have work, and their expected wall time on ``jobs`` workers (None when a rate is missing)."""
         todo = [s for s in stages if s in self.planned and s not in self.ran]
-        expected = [self.expected(s) for s in todo]
+        expected = [self._left_of(s) for s in todo]
         return todo, None if any(e is None for e in expected) else makespan(expected, jobs)
+
+    def _left_of(self, stage: str) -> float | None:
+        """Expected seconds of what is left of ``stage``: all of it, or after a stop at the deadline its plan less
+        the time it ran (at least one step)."""
+        expected = self.expected(stage)
+        if stage not in self.stopped or expected is None:
+            return expected
+        return max(self.step_expected(stage) or 0.0, expected - self.stopped[stage])
 
 
 def _done_share(root: Path, stage) -> float:
@@ -120,13 +158,15 @@ def plan_budget(root: Path, params: dict, seconds: float, jobs: int, log=print,
     if any(s.local_s is None for s in plan.stages if s.name in stale):
         log("[roar] time budget: no measured rate for some stages; calibrating (`roar plan --calibrate`)")
         plan = build_plan(params, str(root), root, jobs=jobs, calibrate=True)
-    planned = {}
+    planned, step_planned = {}, {}
     for stage in plan.stages:
         if stage.name in stale:
             planned[stage.name] = None if stage.local_s is None else (
                 STAGE_OVERHEAD_S + stage.compute_s * (1.0 - _done_share(root, stage)))
+            if stage.local_s is not None and stage.kind in ("recursive", "roar") and stage.trainings:
+                step_planned[stage.name] = stage.compute_s / stage.trainings
     log(opening_line(seconds, planned, jobs))
-    return TimeBudget(seconds, planned)
+    return TimeBudget(seconds, planned, step_planned=step_planned)
 
 
 def opening_line(seconds: float, planned: dict[str, float | None], jobs: int) -> str:
@@ -135,4 +175,4 @@ def opening_line(seconds: float, planned: dict[str, float | None], jobs: int) ->
     wall = f"about {makespan(known, jobs) / 3600:.1f} h on {jobs} worker(s) by the plan" + (
         f" ({len(planned) - len(known)} without a rate)" if len(known) < len(planned) else "")
     return (f"[roar] time budget {seconds / 60:.0f} min: {len(planned)} stage(s) to do, {wall}; "
-            "each starts only if it is expected to finish in time")
+            "each starts only if it is expected to finish in time (a chain: its next step)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,19 +29,27 @@ from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
 from roar.core.tools import tool_env
 from roar.launch.pending import pending_stages
+from roar.pipeline.deadline import EXIT_MORE_TO_DO
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"), ("report",))
 # The study run's tag naming the folder it ran in (``.`` or ``studies/<name>``; see roar.launch.studies).
 STUDY_FOLDER_TAG = "roar.study_folder"
+# How `dvc repro` reports a stage command that stopped at its deadline (DVC's own exit status is 255).
+STOPPED_COMMAND = re.compile(rf"exited with {EXIT_MORE_TO_DO}\b")
 
 
 class StartGate(Protocol):
-    """Decides whether a stage may start (:class:`roar.launch.budget.TimeBudget`) and hears how long it took."""
+    """Decides whether a stage may start and when a chain stage stops between steps
+    (:class:`roar.launch.budget.TimeBudget`), and hears how long each took."""
 
     def admits(self, stage: str) -> bool: ...
 
+    def stage_env(self, stage: str) -> dict[str, str]: ...
+
     def finished(self, stage: str, seconds: float) -> None: ...
+
+    def stopped_at_deadline(self, stage: str, seconds: float) -> None: ...
 
 
 class StoppedEarly(Exception):
@@ -78,15 +87,18 @@ def stage_names(root: Path) -> list[str]:
 
 def _repro(root: Path, env: dict, stage: str, started=None, gate: StartGate | None = None
            ) -> tuple[str, int | None, float, str]:
-    """``dvc repro`` of one stage: (stage, exit status, seconds, output tail); status None when ``gate`` refused it."""
+    """``dvc repro`` of one stage: (stage, exit status, seconds, output tail); status None when ``gate`` refused it,
+    ``EXIT_MORE_TO_DO`` when its command stopped at the gate's deadline with work left (DVC itself exits 255)."""
     if gate is not None and not gate.admits(stage):
         return stage, None, 0.0, ""
     if started is not None:
         started(stage)
     start = time.perf_counter()
-    proc = subprocess.run(["dvc", "--wait-for-lock", "repro", "--single-item", stage], cwd=root, env=env, capture_output=True,
-                          text=True)
-    return stage, proc.returncode, time.perf_counter() - start, proc.stdout[-2000:] + proc.stderr[-4000:]
+    proc = subprocess.run(["dvc", "--wait-for-lock", "repro", "--single-item", stage], cwd=root,
+                          env=env | (gate.stage_env(stage) if gate is not None else {}), capture_output=True, text=True)
+    output = proc.stdout[-2000:] + proc.stderr[-4000:]
+    code = EXIT_MORE_TO_DO if proc.returncode and STOPPED_COMMAND.search(output) else proc.returncode
+    return stage, code, time.perf_counter() - start, output
 
 
 class Progress:
@@ -104,11 +116,14 @@ class Progress:
         with self._lock:
             self.running.append(stage)
 
-    def finished(self, stage: str, seconds: float) -> None:
+    def finished(self, stage: str, seconds: float | None) -> None:
+        """``stage`` ended after ``seconds`` (None: it stopped with work left, so it says nothing of its kind's
+        time)."""
         with self._lock:
             if stage in self.running:
                 self.running.remove(stage)
-            self.seconds[stage] = seconds
+            if seconds is not None:
+                self.seconds[stage] = seconds
 
     def _by_kind(self) -> dict[str, list[float]]:
         """The seconds of the finished stages, by stage kind."""
@@ -259,8 +274,15 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
                     refused.append(stage)
                     log(f"[roar]   {stage}: not started (it would not finish within the time budget)")
                     continue
-                progress.finished(stage, seconds)
                 stage_seconds[stage] = seconds
+                if code == EXIT_MORE_TO_DO and gate is not None:
+                    progress.finished(stage, None)
+                    gate.stopped_at_deadline(stage, seconds)
+                    refused.append(stage)
+                    log(f"[roar]   {stage}: stopped between steps after {seconds:.0f} s, its next step would not "
+                        "finish within the time budget (its finished steps are kept)")
+                    continue
+                progress.finished(stage, seconds)
                 if gate is not None:
                     gate.finished(stage, seconds)
                 log(f"[roar]   {progress.line(stage, code == 0, seconds)}")

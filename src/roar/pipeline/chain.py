@@ -31,6 +31,7 @@ from roar.method.masking import mask_all, mask_split, masked_fraction
 from roar.config.catalog import MASKING_COUNTS, check_supported, measure_spec
 from roar.config.params import section
 from roar.config.layout import Layout, mode_name, project_root
+from roar.pipeline.deadline import NO_DEADLINE, StepDeadline
 from roar.pipeline.provenance import chain_code_fingerprint, equivalent_fingerprints, library_versions, read_provenance
 from roar.tracking.protocol import log_curve
 from roar.pipeline.runner import Runner, chain_tags
@@ -151,15 +152,16 @@ def _code_equivalents(code: str, root: Path, model: str) -> set[str]:
 class ChainRunner(Runner):
     """Runs whole chains of (Recursive) ROAR steps in a stage process."""
 
-    def run_chain(self, spec: ChainSpec) -> list[StepRecord]:
+    def run_chain(self, spec: ChainSpec, deadline: StepDeadline = NO_DEADLINE) -> list[StepRecord]:
         """Run every step of a chain (reusing finished ones whose inputs and code still match) and
-        return its step records."""
+        return its step records; before a step it computes, stop when ``deadline`` says it would not end in time
+        (:class:`~roar.pipeline.deadline.StoppedAtDeadline`: the finished steps are kept)."""
         ctx = self._chain_context(spec)
         previous, records = ctx.base, []
         with self.tracker.run("chain", spec.name, self.study_run, ctx.tags,
                               {"steps": self.study.steps, **ctx.recipe["params"]}) as chain_run:
             for k in self.study.steps:
-                record, previous = self._chain_step(chain_run, ctx, k, previous)
+                record, previous = self._chain_step(chain_run, ctx, k, previous, deadline)
                 records.append(record)
             log_curve(self.tracker, chain_run, [(r.k, r.metric, r.value) for r in records], ctx.base.model_dir)
         return records
@@ -197,8 +199,8 @@ class ChainRunner(Runner):
             step_params["masking_count"] = self.study.masking_count
         return step_params
 
-    def _chain_step(self, chain_run: str, ctx: _ChainContext, k: int,
-                    previous: StepInput) -> tuple[StepRecord, StepInput]:
+    def _chain_step(self, chain_run: str, ctx: _ChainContext, k: int, previous: StepInput,
+                    deadline: StepDeadline) -> tuple[StepRecord, StepInput]:
         """Step k: reused when finished with the same step key, else computed; then its no-retrain points.
         Returns its record and its output (masked data and model)."""
         # Recursive ROAR explains the previous step's masked data with its model; plain ROAR
@@ -210,7 +212,8 @@ class ChainRunner(Runner):
             this = StepInput.output_of(record)
             step_run = self._log_reused_step(chain_run, ctx, record)
         else:
-            record, masked = self._run_step(chain_run, ctx, k, step_key, source)
+            with deadline.step(k):
+                record, masked = self._run_step(chain_run, ctx, k, step_key, source)
             this = StepInput.output_of(record, masked)
             step_run = record.run.step_run_id
         record = self._score_without_retraining(chain_run, step_run, ctx, record, previous, this)

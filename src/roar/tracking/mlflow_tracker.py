@@ -20,6 +20,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from roar.tracking.protocol import ended_status
+
 KINDS = ("study", "chain", "step", "importance", "train", "report")
 PARENT_TAG = "mlflow.parentRunId"
 PROCESS_TAG = "roar.process"  # host:pid:start-time of the process that owns a RUNNING run
@@ -375,17 +377,18 @@ class Tracker:
             self.log_metrics(run_id, values)
         return sorted(metrics)
 
-    def end(self, run_id: str, failed: bool = False) -> None:
-        self.client.set_terminated(run_id, "FAILED" if failed else "FINISHED")
+    def end(self, run_id: str, failed: bool = False, status: str | None = None) -> None:
+        self.client.set_terminated(run_id, status or ("FAILED" if failed else "FINISHED"))
 
     @contextmanager
     def run(self, kind: str, name: str, parent: str | None, tags: dict, params: dict | None = None):
-        """A run that ends FINISHED, or FAILED if the block raises."""
+        """A run that ends FINISHED, or FAILED if the block raises (KILLED if it was interrupted on purpose:
+        :class:`~roar.tracking.protocol.RunInterrupted`)."""
         run_id = self.start(kind, name, parent, tags, params)
         try:
             yield run_id
-        except BaseException:
-            self.end(run_id, failed=True)
+        except BaseException as error:
+            self.end(run_id, status=ended_status(error))
             raise
         self.end(run_id)
 

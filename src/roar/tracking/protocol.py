@@ -28,6 +28,18 @@ def open_study_run(tracker, params: dict, owned: bool = False) -> str:
                               "steps": study.steps}, owned)
 
 
+class RunInterrupted(Exception):
+    """Work stopped on purpose before its end, to be resumed (a chain at its time budget's deadline): the runs
+    it leaves end KILLED, not FAILED."""
+
+
+def ended_status(error: BaseException | None) -> str:
+    """The status a run ends with: FINISHED, KILLED when ``error`` interrupted it on purpose, else FAILED."""
+    if error is None:
+        return "FINISHED"
+    return "KILLED" if isinstance(error, RunInterrupted) else "FAILED"
+
+
 class RunTracker(Protocol):
     """Runs with explicit parents and ``roar.*`` tags (set by :mod:`roar.pipeline.runner` and
     :mod:`roar.pipeline.chain`), their params, metrics and inputs."""
@@ -89,10 +101,10 @@ class NullTracker:
         self.runs[run_id] = TrackedRun(kind, name, parent, dict(tags), dict(params or {}))
         try:
             yield run_id
-        except BaseException:
-            self.runs[run_id].status = "FAILED"
+        except BaseException as error:
+            self.runs[run_id].status = ended_status(error)
             raise
-        self.runs[run_id].status = "FINISHED"
+        self.runs[run_id].status = ended_status(None)
 
     def log_params(self, run_id: str, params: dict) -> None:
         self.runs[run_id].params.update(params)

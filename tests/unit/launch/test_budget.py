@@ -69,5 +69,33 @@ def test_the_opening_line_states_the_budget_and_the_plans_wall_time():
     # 3600 and 1800 s on 2 workers: 1.0 h; one stage without a rate is named as such
     line = opening_line(5400, {"a": 3600.0, "b": 1800.0, "c": None}, 2)
     assert line == ("[roar] time budget 90 min: 3 stage(s) to do, about 1.0 h on 2 worker(s) by the plan "
-                    "(1 without a rate); each starts only if it is expected to finish in time")
+                    "(1 without a rate); each starts only if it is expected to finish in time (a chain: its next step)")
     assert "about 1.5 h on 1 worker(s) by the plan;" in opening_line(60, {"a": 3600.0, "b": 1800.0}, 1)
+
+
+def test_a_chain_starts_when_its_next_step_fits_and_gets_the_budgets_end_as_its_deadline() -> None:
+    from roar.launch.plan import STAGE_OVERHEAD_S
+    from roar.pipeline.deadline import DEADLINE_ENV, StepDeadline
+
+    clock = Clock()
+    budget = TimeBudget(1000.0, {"chain": 5000.0, "reference": 5000.0}, clock, step_planned={"chain": 500.0},
+                        wall_clock=lambda: 1_765_000_000.0)
+    clock.now += 400.0  # 600 s left: no whole stage fits, one step of the chain does
+    assert budget.admits("chain") and not budget.admits("reference")
+    assert budget.stage_env("reference") == {}
+    deadline = StepDeadline.parse(budget.stage_env("chain")[DEADLINE_ENV])
+    assert (deadline.ends_at, deadline.step_seconds) == (1_765_000_600.0, 500.0)
+    clock.now += 600.0 - STAGE_OVERHEAD_S - 499.0  # the step and the stage's start no longer fit
+    assert not budget.admits("chain")
+
+
+def test_a_chain_stopped_at_its_deadline_is_left_with_its_plan_less_what_it_ran() -> None:
+    budget = TimeBudget(1000.0, {"a": 400.0, "chain": 3000.0, "other": 3000.0}, Clock(), step_planned={"chain": 300.0})
+    budget.finished("a", 800.0)  # pace 2
+    budget.stopped_at_deadline("chain", 1000.0)
+    assert budget.pace == 2.0  # a stopped stage ran only part of its plan: it says nothing of the pace
+    left, expected = budget.left(["a", "chain", "other"], jobs=1)
+    assert left == ["chain", "other"]
+    assert expected == pytest.approx((6000.0 - 1000.0) + 6000.0)
+    budget.stopped_at_deadline("chain", 5990.0)  # at least one step (600 s at this pace) is always left
+    assert budget.left(["chain"], jobs=1)[1] == pytest.approx(600.0)

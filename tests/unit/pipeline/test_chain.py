@@ -329,3 +329,36 @@ def test_a_fresh_clone_recomputing_a_chain_of_verified_code_writes_its_committed
     stage_runner(ChainRunner, chain_params(), Path("."), progress=False).run_chain(spec)
     rekeyed = json.loads((results / f"k{STEPS[0]}.json").read_text())
     assert rekeyed["code_fingerprint"] == current(measure_spec("random").module) != "code-before-a-cleanup"
+
+
+def test_a_chain_stopped_at_its_deadline_keeps_its_steps_and_resumes_to_the_same_records(
+        project: Path, tmp_path: Path, monkeypatch) -> None:
+    """A deadline with room for one step: step 40 is computed, the chain stops before step 70 with its runs
+    KILLED, and the next run computes only step 70, to what the uninterrupted chain computed."""
+    from roar.pipeline.deadline import StepDeadline, StoppedAtDeadline
+
+    for part in ("data/prepared", "models/babi-1/bilstm-attention/k0"):
+        shutil.copytree(project / part, tmp_path / "ws" / part)
+    monkeypatch.chdir(tmp_path / "ws")
+    runner = stage_runner(ChainRunner, chain_params(), Path("."), progress=False)
+    spec = ChainSpec("babi-1", "bilstm-attention", "gradient", 0, True)
+    ticks = iter(range(0, 10_000, 600))  # each reading of the clock: 600 s later
+    deadline = StepDeadline(ends_at=1000.0, step_seconds=100.0, clock=lambda: float(next(ticks)))
+    with pytest.raises(StoppedAtDeadline) as stop:  # step 40 at 0 s; step 70 at 1200 s, past the end
+        runner.run_chain(spec, deadline)
+    assert stop.value.k == 70
+    here = Path("results/babi-1/bilstm-attention/gradient/recursive/s0")
+    assert sorted(p.name for p in here.glob("k*.json")) == ["k40.json"]
+    assert not Path("models/babi-1/bilstm-attention/gradient/recursive/s0/k70").exists()
+    client = runner.tracker.client
+    chains = [r for r in client.search_runs([runner.tracker.experiment_id], "tags.`roar.kind` = 'chain'")
+              if r.data.tags.get("roar.measure") == "gradient"]
+    assert [r.info.status for r in chains] == ["KILLED"]
+    steps = client.search_runs([runner.tracker.experiment_id], "tags.`roar.kind` = 'step'")
+    assert {r.info.status for r in steps} == {"FINISHED"}  # step 40's; step 70 never opened a run
+
+    step40 = json.loads((here / "k40.json").read_text())
+    records = {r.k: r for r in runner.run_chain(spec)}
+    assert json.loads((here / "k40.json").read_text()) == step40  # reused as it was
+    uninterrupted = json.loads(_step(project, "results", "recursive", 70).read_text())
+    assert (records[70].data_hash, records[70].model_hash) == (uninterrupted["data_hash"], uninterrupted["model_hash"])
