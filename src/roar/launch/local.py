@@ -278,6 +278,7 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
                 if code == EXIT_MORE_TO_DO and gate is not None:
                     progress.finished(stage, None)
                     gate.stopped_at_deadline(stage, seconds)
+                    ignore_cached_outputs(root, stage)
                     refused.append(stage)
                     log(f"[roar]   {stage}: stopped between steps after {seconds:.0f} s, its next step would not "
                         "finish within the time budget (its finished steps are kept)")
@@ -307,6 +308,19 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
     if final != 0:
         raise RuntimeError(f"the final `dvc repro` failed (exit {final}); see its output above")
     return timings
+
+
+def ignore_cached_outputs(root: Path, stage: str) -> None:
+    """Write the ``.gitignore`` entries of ``stage``'s DVC-cached outputs (models, masked data), as DVC does when a
+    stage completes: a chain stopped between steps leaves them on disk, and the study's folders are committed
+    at every stop."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        for found in repo.stage.collect(stage):
+            for out in found.outs:
+                if out.use_cache:
+                    out.ignore()
 
 
 def _output_files(root: Path, lock_before: str, stages: list[str]) -> dict[str, bytes]:
