@@ -316,8 +316,8 @@ def ignore_cached_outputs(root: Path, stage: str) -> None:
     at every stop."""
     from dvc.repo import Repo
 
-    with Repo(str(root)) as repo:
-        for found in repo.stage.collect(stage):
+    with Repo(str(root)) as repo:  # the project's repository: name the study folder's dvc.yaml, not the cwd's
+        for found in repo.stage.collect(f"{Path(root).resolve() / 'dvc.yaml'}:{stage}"):
             for out in found.outs:
                 if out.use_cache:
                     out.ignore()

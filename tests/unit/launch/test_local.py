@@ -78,3 +78,26 @@ def test_a_study_run_in_pieces_starts_whole_seeds_with_their_random_baseline_fir
         "recursive@babi-1-bilstm-attention-integrated-gradient-1", "recursive@babi-1-bilstm-attention-attention-1"]
     assert sorted(stages, key=_cost_rank)[:2] == ["recursive@babi-1-bilstm-attention-integrated-gradient-0",
                                                   "recursive@babi-1-bilstm-attention-integrated-gradient-1"]
+
+
+def test_a_stopped_stage_of_a_study_folder_gets_its_cached_outputs_ignored_there(tmp_path: Path, monkeypatch) -> None:
+    """The .gitignore entries go beside the study folder's outputs, not those of the same stage name in the
+    project root's dvc.yaml (the default study has stages of the same names); uncached outputs stay tracked."""
+    import subprocess
+
+    from roar.core.tools import tool_env
+    from roar.launch.local import ignore_cached_outputs
+
+    stage = ("stages:\n  chain:\n    cmd: 'true'\n    outs:\n      - models/s0:\n          persist: true\n"
+             "      - results/s0:\n          persist: true\n          cache: false\n")
+    study = tmp_path / "studies" / "one"
+    for folder in (tmp_path, study):
+        (folder / "models" / "s0").mkdir(parents=True)
+        (folder / "dvc.yaml").write_text(stage)
+    for command in (["git", "init", "-q"], ["dvc", "init", "-q"]):
+        subprocess.run(command, cwd=tmp_path, check=True, env=tool_env())
+    monkeypatch.chdir(tmp_path)  # as `roar pipeline --study one` runs: from the project root
+    ignore_cached_outputs(study, "chain")
+    assert (study / "models" / ".gitignore").read_text().splitlines() == ["/s0"]
+    assert not (tmp_path / "models" / ".gitignore").exists()
+    assert not (study / "results" / ".gitignore").exists()
