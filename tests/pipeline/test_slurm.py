@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from tests.conftest import tiny_params
 from tests.pipeline.conftest import (
     REPO,
@@ -149,11 +150,12 @@ def test_a_job_past_its_time_limit_is_stopped_and_a_resubmission_finishes_the_st
     (TIMEOUT), its dependents are cancelled, the steps it finished are kept, and submitting again finishes
     the study, as on a cluster whose jobs are cut at their time limit or preempted."""
     params = slurm_params(measures=["random"], seeds=[0])
-    params["runtime"]["slurm"]["stages"]["recursive"] = {"time": "00:01:00"}
+    # the chain's deadline is 90 s after the job starts (2.5 min less a minute): step 40 fits before it, and
+    # step 70, expected to take as long as step 40, starts and never ends: the job runs into its limit
+    params["runtime"]["slurm"]["stages"]["recursive"] = {"time": "00:02:30"}
     root = make_project(tmp_path / "timeout", params)
-    # step 70 of the chain never ends: the job runs into its one-minute limit
     proc = submit(root, ROAR_FAILPOINT="stall:data-written@k70")
-    report("test_slurm: a chain job past its 1-minute time limit (ROAR_FAILPOINT=stall:data-written@k70):",
+    report("test_slurm: a chain job past its 2.5-minute time limit (ROAR_FAILPOINT=stall:data-written@k70):",
            proc.stdout)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     states = {job["stage"]: job["state"] for job in submission(root)["jobs"]}
@@ -175,3 +177,33 @@ def test_a_job_past_its_time_limit_is_stopped_and_a_resubmission_finishes_the_st
     assert "up to date" in sh("dvc", "status", cwd=root)
     study = [r for r in mlflow_runs(root, "tiny") if r.data.tags["roar.kind"] == "study"]
     assert len(study) == 1 and study[0].info.status == "FINISHED"
+
+
+def test_a_chain_job_stops_between_steps_before_its_time_limit_and_a_resubmission_resumes(cluster,
+                                                                                          tmp_path: Path) -> None:
+    """A chain job whose time limit leaves no room for a step (one minute, less the one-minute margin): it stops
+    before its first step instead of being killed, exit 75, its MLflow chain run KILLED and none left RUNNING;
+    the summary says to resubmit, and a resubmission with a longer limit finishes the study."""
+    params = slurm_params(measures=["random"], seeds=[0])
+    params["runtime"]["slurm"]["stages"]["recursive"] = {"time": "00:01:00"}
+    root = make_project(tmp_path / "deadline", params)
+    proc = submit(root)
+    report("test_slurm: a chain job whose deadline comes before its first step (1-minute limit):", proc.stdout)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = {job["stage"]: job for job in submission(root)["jobs"]}
+    chain = jobs["recursive@babi-1-bilstm-attention-random-0"]
+    assert (chain["state"], chain["exit_code"]) == ("FAILED", "75:0"), jobs
+    assert "stopped before step k=40" in (root / chain["log"]).read_text()
+    assert "1 chain job(s) stopped between steps before their time limit (exit 75)" in proc.stdout
+    assert not list((root / "results/babi-1/bilstm-attention/random/recursive/s0").glob("k*.json"))
+    runs = mlflow_runs(root, "tiny")
+    assert [r.info.status for r in runs if r.data.tags.get("roar.kind") == "chain"
+            and r.data.tags.get("roar.measure") == "random"] == ["KILLED"]
+    assert "RUNNING" not in {r.info.status for r in runs if r.data.tags.get("roar.kind") != "study"}
+
+    params["runtime"]["slurm"]["stages"]["recursive"] = {"time": "00:30:00"}
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    resumed = submit(root)
+    report("test_slurm: resubmitted with a 30-minute limit:", resumed.stdout)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert (root / "reports" / "racu.csv").is_file() and "up to date" in sh("dvc", "status", cwd=root)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import subprocess
 import sys
 import time
@@ -29,14 +28,12 @@ from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
 from roar.core.tools import tool_env
 from roar.launch.pending import pending_stages
-from roar.pipeline.deadline import EXIT_MORE_TO_DO
+from roar.pipeline.deadline import EXIT_MORE_TO_DO, STOPPED_IN_DVC
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"), ("report",))
 # The study run's tag naming the folder it ran in (``.`` or ``studies/<name>``; see roar.launch.studies).
 STUDY_FOLDER_TAG = "roar.study_folder"
-# How `dvc repro` reports a stage command that stopped at its deadline (DVC's own exit status is 255).
-STOPPED_COMMAND = re.compile(rf"exited with {EXIT_MORE_TO_DO}\b")
 
 
 class StartGate(Protocol):
@@ -97,7 +94,7 @@ def _repro(root: Path, env: dict, stage: str, started=None, gate: StartGate | No
     proc = subprocess.run(["dvc", "--wait-for-lock", "repro", "--single-item", stage], cwd=root,
                           env=env | (gate.stage_env(stage) if gate is not None else {}), capture_output=True, text=True)
     output = proc.stdout[-2000:] + proc.stderr[-4000:]
-    code = EXIT_MORE_TO_DO if proc.returncode and STOPPED_COMMAND.search(output) else proc.returncode
+    code = EXIT_MORE_TO_DO if proc.returncode and STOPPED_IN_DVC.search(output) else proc.returncode
     return stage, code, time.perf_counter() - start, output
 
 

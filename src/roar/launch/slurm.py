@@ -7,6 +7,11 @@ parallel stages of one workspace safe, as in the local executor). A last ``finis
 of them, runs ``roar pipeline-finish``: a final ``dvc repro`` that proves the study complete, the
 optional ``dvc push``, and the end of the MLflow study run.
 
+A chain job gets its time limit, less a margin, as its deadline (:mod:`roar.pipeline.deadline`): it stops
+between steps before a step that would not end in time and exits 75, so that Slurm's kill at the limit
+(TIMEOUT) does not cut a step or leave its MLflow runs open; its finished steps are kept and a resubmission
+resumes it.
+
 ``--kill-on-invalid-dep=yes`` makes the dependents of a failed job leave the queue at once
 (CANCELLED, DependencyNeverSatisfied) instead of pending forever. Each submission is recorded in
 ``.roar/slurm/<stamp>/submission.json`` beside the job scripts and logs; a new submission is refused
@@ -32,6 +37,7 @@ from roar.core.fileio import write_text_atomic
 from roar.core.tools import tool_env
 from roar.config.layout import stage_kind
 from roar.launch.pending import pending_stages
+from roar.pipeline.deadline import DEADLINE_ENV, EXIT_MORE_TO_DO, STOPPED_IN_DVC
 
 SUBMISSIONS = Path(".roar") / "slurm"
 DEFAULTS = {"cpus": 1, "time": "04:00:00", "memory": "4G", "gpus": 0, "partition": None, "account": None,
@@ -39,6 +45,10 @@ DEFAULTS = {"cpus": 1, "time": "04:00:00", "memory": "4G", "gpus": 0, "partition
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "UNKNOWN")
 FINISH = "finish"
+# A chain job stops between steps this long before its time limit: a minute, or 5 % of a limit over 20 minutes
+# (the last step's no-retrain scores, the end of its MLflow runs and DVC's bookkeeping happen in it).
+DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE = 60.0, 0.05
+SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
 
 @dataclass
@@ -92,12 +102,45 @@ def sbatch_options(resources: dict) -> list[str]:
     return options + list(resources["extra"])
 
 
+def limit_seconds(limit: str | int) -> float | None:
+    """Seconds of a Slurm time limit (minutes, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``);
+    None when unlimited. RoarError for anything else."""
+    text = str(limit).strip()
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    found = SLURM_TIME.fullmatch(text)
+    if not found:
+        raise RoarError(f"runtime.slurm time {limit!r} is not a Slurm time limit; use minutes, HH:MM:SS or "
+                        "D-HH:MM:SS (e.g. 04:00:00)")
+    days, first, second, third = (int(part) if part else None for part in found.groups())
+    if days is not None:  # D-HH[:MM[:SS]]
+        return days * 86400.0 + first * 3600 + (second or 0) * 60 + (third or 0)
+    if third is not None:  # HH:MM:SS
+        return first * 3600.0 + second * 60 + third
+    return first * 60.0 + (second or 0)  # MM or MM:SS
+
+
+def chain_deadline_s(limit: str | int) -> float | None:
+    """Seconds after its start at which a chain job with time limit ``limit`` stops starting steps."""
+    seconds = limit_seconds(limit)
+    return None if seconds is None else seconds - max(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * seconds)
+
+
 def job_script(root: Path, stage: str, command: str, resources: dict, log: Path) -> str:
-    """The batch script of one stage."""
+    """The batch script of one stage; a chain stage stops between steps before its time limit and then exits
+    ``EXIT_MORE_TO_DO`` (DVC, which ran it, exits 255: its log tells the two apart)."""
     lines = ["#!/bin/bash", f"#SBATCH --job-name=roar:{stage}", f"#SBATCH --output={log}",
              f"#SBATCH --chdir={root.resolve()}", "#SBATCH --export=ALL", "#SBATCH --kill-on-invalid-dep=yes",
              *(f"#SBATCH {option}" for option in sbatch_options(resources)),
-             "set -euo pipefail", f'echo "[roar] {stage} on $(hostname), job $SLURM_JOB_ID"', f"exec {command}"]
+             "set -euo pipefail", f'echo "[roar] {stage} on $(hostname), job $SLURM_JOB_ID"']
+    stop_after = chain_deadline_s(resources["time"]) if stage_kind(stage) in ("recursive", "roar") else None
+    if stop_after is None:
+        return "\n".join([*lines, f"exec {command}"]) + "\n"
+    job_log = str(log).replace("%j", "$SLURM_JOB_ID")
+    lines += [f'export {DEADLINE_ENV}="$(( $(date +%s) + {stop_after:.0f} )) 0"',
+              f"{command} && exit 0 || code=$?",
+              f'if grep -qE "{STOPPED_IN_DVC.pattern}" "{job_log}"; then exit {EXIT_MORE_TO_DO}; fi',
+              'exit "$code"']
     return "\n".join(lines) + "\n"
 
 
@@ -261,8 +304,17 @@ def summary(submission: Submission) -> str:
     lines = [f"{'stage':<{width}}  {'job':>8}  {'state':<10} {'exit':<5} {'elapsed':<9} reason"]
     lines += [f"{job.stage:<{width}}  {job.job_id:>8}  {job.state:<10} {job.exit_code:<5} {job.elapsed:<9} "
               f"{job.reason if job.state != 'COMPLETED' else ''}".rstrip() for job in rows]
-    if failed:
-        first = next((job for job in failed if job.state != "CANCELLED"), failed[0])
+    stopped = [job for job in failed if job.exit_code.partition(":")[0] == str(EXIT_MORE_TO_DO)]
+    if stopped:
+        lines.append(f"{len(stopped)} chain job(s) stopped between steps before their time limit (exit "
+                     f"{EXIT_MORE_TO_DO}): their finished steps are kept; run `roar pipeline --executor slurm` again "
+                     "to resume them (a longer runtime.slurm.stages.<kind>.time needs fewer submissions).")
+    others = [job for job in failed if job not in stopped]
+    failures = [job for job in others if job.state != "CANCELLED"]
+    if stopped and others and not failures:
+        lines.append(f"{len(others)} job(s) after them were cancelled; the resubmission runs them.")
+    elif others:
+        first = (failures or others)[0]
         lines.append(f"{len(failed)} job(s) did not complete; first failure: {first.stage} (log {first.log}). "
                      "Fix it and run `roar pipeline --executor slurm` again: only stages that are not done "
                      "are submitted.")

@@ -12,6 +12,7 @@ off the computing path that the step key fingerprints.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,8 @@ DEADLINE_ENV = "ROAR_CHAIN_DEADLINE"
 # deadline with steps left: EX_TEMPFAIL ("try again later"), so that a job script can tell "run me again" from
 # success and from failure.
 EXIT_MORE_TO_DO = 75
+# How `dvc repro` reports a stage command that stopped at its deadline (DVC itself then exits 255).
+STOPPED_IN_DVC = re.compile(rf"exited with {EXIT_MORE_TO_DO}\b")
 
 
 class StoppedAtDeadline(RunInterrupted):

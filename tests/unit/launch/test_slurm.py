@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from roar.core.errors import RoarError
 from roar.launch.slurm import (
     DEFAULTS,
     Job,
     Submission,
+    chain_deadline_s,
     job_resources,
     job_script,
+    limit_seconds,
     parse_sacct,
     parse_scontrol,
     sbatch_options,
@@ -36,14 +41,14 @@ def test_sbatch_options() -> None:
 
 
 def test_job_script_runs_one_stage_with_its_resources(tmp_path: Path) -> None:
-    script = job_script(tmp_path, "recursive@a-b-c-0", "dvc --wait-for-lock repro --single-item 'recursive@a-b-c-0'",
+    script = job_script(tmp_path, "train_k0@a-b-0", "dvc --wait-for-lock repro --single-item 'train_k0@a-b-0'",
                         job_resources(SLURM, "report"), tmp_path / "log-%j.out")
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash"
     assert f"#SBATCH --chdir={tmp_path.resolve()}" in lines
     assert "#SBATCH --kill-on-invalid-dep=yes" in lines and "#SBATCH --export=ALL" in lines
     assert [line for line in lines if line.startswith("#SBATCH --cpus")] == ["#SBATCH --cpus-per-task=1"]
-    assert lines[-1] == "exec dvc --wait-for-lock repro --single-item 'recursive@a-b-c-0'"
+    assert lines[-1] == "exec dvc --wait-for-lock repro --single-item 'train_k0@a-b-0'"
 
 
 def test_states_from_sacct_and_scontrol_output() -> None:
@@ -70,3 +75,43 @@ def test_summary_lists_failures_first_and_says_how_to_resume() -> None:
     assert "FAILED" in lines[1] and "0:9" in lines[1] and "NonZeroExitCode" in lines[1]
     assert lines[-1].startswith("2 job(s) did not complete; first failure: recursive@x-0 (log f/recursive-2.out)")
     assert "only stages that are not done are submitted" in lines[-1]
+
+
+@pytest.mark.parametrize(("limit", "seconds"), [("30", 1800), (45, 2700), ("10:30", 630), ("04:00:00", 14400),
+                                                 ("1-00:00:00", 86400), ("2-12", 216000), ("1-02:30", 95400),
+                                                 ("UNLIMITED", None), ("infinite", None)])
+def test_slurm_time_limits(limit, seconds) -> None:
+    assert limit_seconds(limit) == seconds
+
+
+@pytest.mark.parametrize("limit", ["", "4h", "1:2:3:4", "-5", "1-"])
+def test_a_bad_time_limit_is_named_with_its_forms(limit) -> None:
+    with pytest.raises(RoarError, match="runtime.slurm time"):
+        limit_seconds(limit)
+
+
+def test_a_chain_job_stops_between_steps_before_its_time_limit(tmp_path: Path) -> None:
+    command = "dvc --wait-for-lock repro --single-item 'recursive@a-b-c-0'"
+    script = job_script(tmp_path, "recursive@a-b-c-0", command, {**DEFAULTS, "time": "04:00:00"},
+                        tmp_path / "log-%j.out").splitlines()
+    # 4 h less 5 %: 13,680 s after the job starts; no step estimate (0): the chain times the steps it runs
+    assert 'export ROAR_CHAIN_DEADLINE="$(( $(date +%s) + 13680 )) 0"' in script
+    assert script[-3:] == [f"{command} && exit 0 || code=$?",
+                           f'if grep -qE "exited with 75\\b" "{tmp_path}/log-$SLURM_JOB_ID.out"; then exit 75; fi',
+                           'exit "$code"']
+    assert chain_deadline_s("00:10:00") == 540.0  # a minute's margin under 20 minutes
+    assert chain_deadline_s("UNLIMITED") is None
+    assert job_script(tmp_path, "recursive@a-b-c-0", command, {**DEFAULTS, "time": "UNLIMITED"},
+                      tmp_path / "log-%j.out").splitlines()[-1] == f"exec {command}"
+    report = job_script(tmp_path, "report", "dvc repro report", DEFAULTS, tmp_path / "r-%j.out").splitlines()
+    assert report[-1] == "exec dvc repro report" and not any("ROAR_CHAIN_DEADLINE" in line for line in report)
+
+
+def test_the_summary_tells_a_chain_stopped_at_its_time_limit_from_a_failure() -> None:
+    sub = Submission("f", "run", "now", [
+        Job("recursive@x-0", "2", [], "f/recursive-2.out", "FAILED", "NonZeroExitCode", "75:0", "03:48:00"),
+        Job("report", "3", ["2"], "f/report-3.out", "CANCELLED", "DependencyNeverSatisfied", "0:0", "00:00:00")])
+    lines = summary(sub).splitlines()
+    assert lines[-2].startswith("1 chain job(s) stopped between steps before their time limit (exit 75)")
+    assert "resume" in lines[-2]
+    assert lines[-1] == "1 job(s) after them were cancelled; the resubmission runs them."  # no failure to fix
