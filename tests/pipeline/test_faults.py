@@ -1,4 +1,4 @@
-"""Faults and reuse with real processes: kill -9 at named points and of the whole pipeline, a
+"""Faults and reuse with real processes: kill -9 at named points and of the whole pipeline, SIGTERM mid-step, a
 second pipeline in the same workspace, code and params changes. Real DVC, real MLflow (SQLite),
 real files; every run is compared with an uninterrupted run of the same study."""
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from roar.launch.pipeline_log import read_calls, stopped_by
 from tests.pipeline.conftest import REPO, commit, make_project, mlflow_runs, project_env, sh
 
 STUDY = "faults"
@@ -138,6 +139,63 @@ def test_kill9_of_the_whole_pipeline_then_rerun(baseline: Path, tmp_path: Path) 
     # the killed pipeline's study run was ended by the next process, then reopened and finished by it
     (study,) = [r for r in runs if r.data.tags["roar.kind"] == "study"]
     assert study.info.status == "FINISHED" and "owner process gone" in study.data.tags["roar.ended_by"]
+
+
+def processes_in(root: Path) -> list[str]:
+    """The command lines of the live processes working in ``root`` (zombies excluded)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "cwd").resolve() == root.resolve() and "(Z)" not in (proc / "status").read_text():
+                found.append((proc / "cmdline").read_text().replace("\0", " "))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("to", ["pipeline", "every process"])
+def test_sigterm_mid_step_stops_the_stages_cleanly_and_a_rerun_finishes(baseline: Path, tmp_path: Path,
+                                                                          to: str) -> None:
+    """SIGTERM while both chains are inside step 70: to `roar pipeline` alone (`kill`, a supervisor), or to every
+    process at once (a machine shutting down, Slurm at a job's time limit or on preemption). The chains drop
+    step 70 and stop (SIGINT from the pipeline, or their own SIGTERM), every run they leave ends KILLED and none
+    FAILED, no process is left, the call exits 75 and is logged as stopped; the rerun gives the uninterrupted
+    run's results."""
+    root = make_project(tmp_path / "sigterm", fault_params())
+    proc = subprocess.Popen(["roar", "pipeline", "--no-push"], cwd=root, start_new_session=True, text=True,
+                            env=project_env(root, ROAR_FAILPOINT="stall:data-written@k70"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stalled = [chain_dir(root, "data", m) / "k70" for m in CHAINS]
+    for _ in range(12000):
+        if all(p.is_dir() for p in stalled) or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert all(p.is_dir() for p in stalled), "the chains did not reach step 70"
+    if to == "pipeline":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 75, out[-2000:] + err[-3000:]
+    assert "stopped by SIGTERM" in out and "run the same command again to resume" in out
+    assert processes_in(root) == []
+    assert_nothing_half_written(root)
+    assert all((chain_dir(root, "results", m) / "k40.json").is_file() for m in CHAINS)
+    assert not any((chain_dir(root, "results", m) / "k70.json").is_file() for m in CHAINS)
+    runs = assert_no_run_left_running(root)
+    assert [r.info.run_name for r in runs if r.info.status == "FAILED"] == []
+    assert {(r.data.tags["roar.measure"], r.info.status) for r in runs if r.data.tags["roar.kind"] == "chain"
+            and r.data.tags["roar.measure"] in CHAINS} == {(m, "KILLED") for m in CHAINS}
+    at_70 = {(r.data.tags["roar.kind"], r.data.tags["roar.measure"], r.info.status) for r in runs
+             if r.data.tags.get("roar.k") == "70"}  # the step's importance finished, its data written, then the stop
+    assert at_70 == {(kind, m, status) for m in CHAINS for kind, status in (("step", "KILLED"), ("importance", "FINISHED"))}
+    assert read_calls(root)[-1]["outcome"] == stopped_by("SIGTERM") == "stopped by SIGTERM"
+
+    rerun = pipeline(root)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
+    assert (root / "reports/points.csv").read_text() == (baseline / "reports/points.csv").read_text()
+    (study,) = [r for r in mlflow_runs(root, STUDY) if r.data.tags["roar.kind"] == "study"]
+    assert study.info.status == "FINISHED"
 
 
 def test_a_comment_changes_no_stage_and_code_of_one_measure_recomputes_exactly_its_steps(baseline: Path) -> None:

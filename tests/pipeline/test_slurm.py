@@ -147,8 +147,9 @@ def test_a_killed_stage_cancels_its_dependents_and_a_resubmission_resumes(cluste
 
 def test_a_job_past_its_time_limit_is_stopped_and_a_resubmission_finishes_the_study(cluster, tmp_path: Path) -> None:
     """A chain job that outlives its wall-time limit (``runtime.slurm.stages.recursive.time``): Slurm ends it
-    (TIMEOUT), its dependents are cancelled, the steps it finished are kept, and submitting again finishes
-    the study, as on a cluster whose jobs are cut at their time limit or preempted."""
+    (TIMEOUT) with SIGTERM, which the chain answers by ending its runs KILLED; its dependents are cancelled,
+    the steps it finished are kept, and submitting again finishes the study, as on a cluster whose jobs are cut
+    at their time limit or preempted."""
     params = slurm_params(measures=["random"], seeds=[0])
     # the chain's deadline is 90 s after the job starts (2.5 min less a minute): step 40 fits before it, and
     # step 70, expected to take as long as step 40, starts and never ends: the job runs into its limit
@@ -166,6 +167,13 @@ def test_a_job_past_its_time_limit_is_stopped_and_a_resubmission_finishes_the_st
     chain = root / "results/babi-1/bilstm-attention/random/recursive/s0"
     finished = {p.name: p.read_text() for p in chain.glob("k*.json")}
     assert sorted(finished) == ["k40.json"]  # step 70 never wrote its record
+    # Slurm's SIGTERM at the limit reached the chain mid-step: it ended its runs KILLED, none is left RUNNING
+    [job] = [job for job in submission(root)["jobs"] if job["state"] == "TIMEOUT"]
+    assert "stopped by SIGTERM" in (root / job["log"]).read_text()
+    runs = mlflow_runs(root, "tiny")
+    assert [r.info.status for r in runs if r.data.tags.get("roar.kind") == "chain"] == ["KILLED"]
+    assert {r.info.status for r in runs if r.data.tags.get("roar.k") == "70"} == {"KILLED"}
+    assert "RUNNING" not in {r.info.status for r in runs if r.data.tags.get("roar.kind") != "study"}
 
     resumed = submit(root)
     report("test_slurm: resubmitted after the time limit:", resumed.stdout)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from roar.cli.common import PARAMS, STUDY, fail, load_checked_params, command
 from roar.core.errors import RoarError
+
+if TYPE_CHECKING:
+    from roar.launch.local import StoppedEarly
 
 
 @command()
@@ -112,7 +116,9 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
         budget = plan_budget(root, loaded, budget_seconds, jobs, log=typer.echo, remake_missing=remake_missing)
     try:
         run_pipeline(root, jobs=jobs, log=typer.echo, gate=budget, remake_missing=remake_missing)
-    except StoppedEarly:
+    except StoppedEarly as stop:
+        if stop.signal_name:
+            _stopped_by_signal(root, stop, time.perf_counter() - start)
         _stopped_by_budget(root, budget, jobs, time.perf_counter() - start)
     except RuntimeError as error:  # a stage failed: its output follows the first line
         fail(error, multiline=True)
@@ -144,6 +150,20 @@ def _stopped_by_budget(root: Path, budget, jobs: int, seconds: float) -> None:
     for stage in left:
         typer.echo(f"[roar]   {stage}")
     typer.echo("[roar] finished stages and steps are kept; run the same command again to resume")
+    _print_log_totals(root)
+    raise typer.Exit(EXIT_MORE_TO_DO)
+
+
+def _stopped_by_signal(root: Path, stop: StoppedEarly, seconds: float) -> None:
+    """Say which stages a signal stopped or kept from starting, then exit 75 (run again to resume)."""
+    from roar.pipeline.deadline import EXIT_MORE_TO_DO
+
+    typer.echo(f"[roar] stopped by {stop.signal_name} after {seconds / 60:.0f} min: {len(stop.refused)} stage(s) of "
+               "this wave stopped or not started:")
+    for stage in stop.refused:
+        typer.echo(f"[roar]   {stage}")
+    typer.echo("[roar] finished stages and steps are kept, the stopped ones' MLflow runs ended KILLED; run the same "
+               "command again to resume (it writes the report)")
     _print_log_totals(root)
     raise typer.Exit(EXIT_MORE_TO_DO)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -9,6 +11,21 @@ import typer
 from roar.cli.common import (PARAMS, PROGRESS, Dataset, Measure, Model, check_names, completion, load_checked_params,
                              model_names, command)
 from roar.pipeline.deadline import DEADLINE_ENV
+
+
+@contextmanager
+def stoppable(name: str) -> Iterator[None]:
+    """A long stage that stops cleanly: at its chain's deadline between steps, or on SIGTERM/SIGINT mid-work
+    (:mod:`roar.pipeline.deadline`), its runs end KILLED and it exits 75 (resumable), not 1 (failed)."""
+    from roar.pipeline.deadline import EXIT_MORE_TO_DO, stop_on_signals
+    from roar.tracking.protocol import RunInterrupted
+
+    try:
+        with stop_on_signals():
+            yield
+    except RunInterrupted as stop:
+        typer.echo(f"{name}: {stop}", err=True)
+        raise typer.Exit(EXIT_MORE_TO_DO) from None
 
 
 @command()
@@ -62,7 +79,8 @@ def train_reference(dataset: Dataset, model: Model, seed: int, which: str = type
     from roar.pipeline.runner import Runner
     from roar.pipeline.stage import stage_runner
 
-    record = stage_runner(Runner, loaded, progress=progress).run_reference(dataset, model, seed, which)
+    with stoppable(f"{dataset} {model} seed={seed} {which}"):
+        record = stage_runner(Runner, loaded, progress=progress).run_reference(dataset, model, seed, which)
     typer.echo(f"{dataset} {model} seed={seed} {which}: test {record.metric}={record.value:.4f}")
 
 
@@ -83,7 +101,7 @@ def chain(dataset: Dataset, model: Model, measure: Measure, seed: int,
     from roar.config.layout import Layout
     from roar.config.catalog import check_supported, measure_spec
 
-    from roar.pipeline.deadline import EXIT_MORE_TO_DO, StepDeadline, StoppedAtDeadline
+    from roar.pipeline.deadline import StepDeadline
 
     check_names(measure=measure, dataset=dataset, model=model)
     stop_by = StepDeadline.parse(deadline)
@@ -112,10 +130,7 @@ def chain(dataset: Dataset, model: Model, measure: Measure, seed: int,
     from roar.pipeline.stage import stage_runner
 
     spec = ChainSpec(dataset, model, measure, seed, recursive)
-    try:
+    with stoppable(spec.name):
         records = stage_runner(ChainRunner, loaded, progress=progress).run_chain(spec, stop_by)
-    except StoppedAtDeadline as stop:
-        typer.echo(f"{spec.name}: {stop}", err=True)
-        raise typer.Exit(EXIT_MORE_TO_DO) from None
     for r in records:
         typer.echo(f"k={r.k:>3} {r.metric}={r.value:.4f}")

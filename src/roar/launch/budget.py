@@ -25,7 +25,7 @@ from pathlib import Path
 
 from roar.core.errors import RoarError
 from roar.launch.plan import STAGE_OVERHEAD_S, makespan
-from roar.pipeline.deadline import DEADLINE_ENV, StepDeadline
+from roar.pipeline.deadline import CHAIN_STAGE_KINDS, DEADLINE_ENV, StepDeadline
 
 UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
@@ -137,7 +137,7 @@ def _done_share(root: Path, stage) -> float:
     """The share of a chain stage's steps whose records are on disk (reused when the chain runs again)."""
     from roar.config.layout import Layout
 
-    if stage.kind not in ("recursive", "roar") or not stage.trainings:
+    if stage.kind not in CHAIN_STAGE_KINDS or not stage.trainings:
         return 0.0
     folder = Layout(root).chain_results(stage.dataset, stage.model, stage.measure, stage.kind == "recursive",
                                         stage.seed)
@@ -163,7 +163,7 @@ def plan_budget(root: Path, params: dict, seconds: float, jobs: int, log=print,
         if stage.name in stale:
             planned[stage.name] = None if stage.local_s is None else (
                 STAGE_OVERHEAD_S + stage.compute_s * (1.0 - _done_share(root, stage)))
-            if stage.local_s is not None and stage.kind in ("recursive", "roar") and stage.trainings:
+            if stage.local_s is not None and stage.kind in CHAIN_STAGE_KINDS and stage.trainings:
                 step_planned[stage.name] = stage.compute_s / stage.trainings
     log(opening_line(seconds, planned, jobs))
     return TimeBudget(seconds, planned, step_planned=step_planned)

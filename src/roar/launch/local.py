@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -28,7 +30,7 @@ from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
 from roar.core.tools import tool_env
 from roar.launch.pending import pending_stages
-from roar.pipeline.deadline import EXIT_MORE_TO_DO, STOPPED_IN_DVC
+from roar.pipeline.deadline import CHAIN_STAGE_KINDS, EXIT_MORE_TO_DO, STOP_SIGNALS, STOPPED_IN_DVC
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"), ("report",))
@@ -50,12 +52,115 @@ class StartGate(Protocol):
 
 
 class StoppedEarly(Exception):
-    """The pipeline stopped between stages, its gate refusing ``refused``; finished work is kept and the
-    partial report written."""
+    """The pipeline stopped with ``refused`` stages not started or stopped before their end: its gate refused them
+    (the partial report is written), or a signal stopped it (``signal_name``: no report, the next call writes
+    it). Finished work is kept."""
 
-    def __init__(self, refused: list[str]):
-        super().__init__(f"{len(refused)} stage(s) not started")
-        self.refused = refused
+    def __init__(self, refused: list[str], signal_name: str | None = None):
+        super().__init__(f"{len(refused)} stage(s) not done")
+        self.refused, self.signal_name = refused, signal_name
+
+
+class StageProcesses:
+    """The ``dvc repro`` processes running now, each in a session of its own, and the signal that stops them.
+
+    SIGTERM or SIGINT to ``roar pipeline`` (a shutdown, Slurm, ``kill``, Ctrl-C) would otherwise end it and
+    leave its stages running on. Instead it starts no more stages and sends SIGINT to each stage's process
+    group: DVC ignores SIGINT while its stage command runs, the command stops cleanly (its runs KILLED, exit 75,
+    :mod:`roar.pipeline.deadline`) and DVC reports it.
+    """
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._running: dict[str, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def stopping(self) -> bool:
+        return self.signal_name is not None
+
+    def run(self, args: list[str], root: Path, env: dict, stage: str) -> subprocess.CompletedProcess | None:
+        """Run ``args`` for ``stage`` to its end and until its process group is empty; None when stopping."""
+        with self._lock:
+            if self.stopping:
+                return None
+            proc = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, start_new_session=True)
+            self._running[stage] = proc
+        try:
+            out, err = proc.communicate()
+        finally:
+            with self._lock:
+                del self._running[stage]
+        if self.stopping:
+            _wait_for_group(proc.pid)  # DVC killed by a signal to every process leaves its command ending
+        return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+    def stop(self, signum: int, frame: object = None) -> None:
+        """The signal handler: stop every running stage (once; later signals only say so)."""
+        if self.stopping:
+            print(f"[roar] {signal.Signals(signum).name}: already stopping, waiting for the stages under way "
+                  "(kill -9 ends them at once, leaving their runs to the next call)", file=sys.stderr, flush=True)
+            return
+        with self._lock:
+            self.signal_name = signal.Signals(signum).name
+            running = list(self._running.values())
+        print(f"[roar] {self.signal_name}: stopping the {len(running)} stage(s) under way; their finished steps "
+              "are kept", file=sys.stderr, flush=True)
+        for proc in running:
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    @contextmanager
+    def stopping_on_signals(self) -> Iterator[None]:
+        """SIGTERM and SIGINT call :meth:`stop` inside (where Python allows handlers: the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self.stop)
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def _wait_for_group(pgid: int, timeout: float = 300.0) -> None:
+    """Until no process of group ``pgid`` is left (a stage command whose DVC died first unwinds its runs), at
+    most ``timeout`` seconds; then SIGKILL what is left (the next call ends its runs)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _group_alive(pgid):
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs. A zombie does not count: an orphan is reaped by whatever
+    runs as PID 1, which in a container may never do it."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").is_file():  # no procfs: signal 0 answers for zombies too
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()  # after "pid (command name)"
+        except OSError:  # ended while listed
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def _cost_rank(stage: str) -> tuple[int, str]:
@@ -82,17 +187,21 @@ def stage_names(root: Path) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def _repro(root: Path, env: dict, stage: str, started=None, gate: StartGate | None = None
-           ) -> tuple[str, int | None, float, str]:
-    """``dvc repro`` of one stage: (stage, exit status, seconds, output tail); status None when ``gate`` refused it,
-    ``EXIT_MORE_TO_DO`` when its command stopped at the gate's deadline with work left (DVC itself exits 255)."""
-    if gate is not None and not gate.admits(stage):
+def _repro(root: Path, env: dict, stage: str, started=None, gate: StartGate | None = None,
+           processes: StageProcesses | None = None) -> tuple[str, int | None, float, str]:
+    """``dvc repro`` of one stage: (stage, exit status, seconds, output tail); status None when ``gate`` refused it
+    or ``processes`` is stopping, ``EXIT_MORE_TO_DO`` when its command stopped with work left (at the gate's
+    deadline or on a signal; DVC itself exits 255)."""
+    processes = processes or StageProcesses()
+    if processes.stopping or (gate is not None and not gate.admits(stage)):
         return stage, None, 0.0, ""
     if started is not None:
         started(stage)
     start = time.perf_counter()
-    proc = subprocess.run(["dvc", "--wait-for-lock", "repro", "--single-item", stage], cwd=root,
-                          env=env | (gate.stage_env(stage) if gate is not None else {}), capture_output=True, text=True)
+    proc = processes.run(["dvc", "--wait-for-lock", "repro", "--single-item", stage], root,
+                         env | (gate.stage_env(stage) if gate is not None else {}), stage)
+    if proc is None:
+        return stage, None, 0.0, ""
     output = proc.stdout[-2000:] + proc.stderr[-4000:]
     code = EXIT_MORE_TO_DO if proc.returncode and STOPPED_IN_DVC.search(output) else proc.returncode
     return stage, code, time.perf_counter() - start, output
@@ -194,7 +303,7 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGa
     failure, and at once when another pipeline runs in the same workspace. With a ``gate`` (a time budget), a
     stage starts only when it admits it; after a wave with a refused stage the pipeline writes the partial
     report, ends the study run and raises :class:`StoppedEarly` (a rerun resumes)."""
-    from roar.launch.pipeline_log import FAILED, FINISHED, STOPPED, PipelineCall
+    from roar.launch.pipeline_log import FAILED, FINISHED, STOPPED, PipelineCall, stopped_by
     from roar.tracking.mlflow_tracker import git_commit
 
     with workspace_lock(root):
@@ -203,8 +312,8 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGa
             timings = _run_pipeline(root, jobs, log, gate, remake_missing, call.stage_seconds)
             outcome = FINISHED
             return timings
-        except StoppedEarly:
-            outcome = STOPPED
+        except StoppedEarly as stop:
+            outcome = stopped_by(stop.signal_name) if stop.signal_name else STOPPED
             raise
         finally:
             if call.stage_seconds or outcome != FAILED:  # a call refused before any stage ran leaves no line
@@ -251,10 +360,37 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
     if len(pending) < len(names):
         log(f"[roar] {len(names) - len(pending)} of {len(names)} stage(s) done: up to date, or with their records "
             "committed and their cached outputs not needed here (--remake-missing remakes those)")
-    lock = root / "dvc.lock"
     order = _cost_rank if gate is None else piece_rank
     waves = [sorted((n for n in names if stage_kind(n) in wave and n in pending), key=order) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)
+    processes = StageProcesses()
+    with processes.stopping_on_signals():
+        refused = _run_waves(root, env, jobs, log, gate, remake_missing, stage_seconds, waves, progress, processes,
+                             tracker, study_run)
+    log(progress.summary())
+    if processes.stopping:
+        tracker.set_tag(study_run, "roar.stopped_early", f"{processes.signal_name}: stages left; run again to resume")
+        tracker.end(study_run, status="KILLED")
+        raise StoppedEarly(refused, processes.signal_name)
+    if refused:
+        _stop_early(root, env, tracker, study_run, log)
+        raise StoppedEarly(refused)
+    timings = dict(progress.seconds)
+    start = time.perf_counter()
+    final = _final_repro(root, env)
+    timings["final dvc repro"] = time.perf_counter() - start
+    tracker.end(study_run, failed=final != 0)
+    if final != 0:
+        raise RuntimeError(f"the final `dvc repro` failed (exit {final}); see its output above")
+    return timings
+
+
+def _run_waves(root: Path, env: dict, jobs: int, log, gate: StartGate | None, remake_missing: bool,
+               stage_seconds: dict[str, float], waves: list[list[str]], progress: Progress,
+               processes: StageProcesses, tracker, study_run: str) -> list[str]:
+    """Run the waves until one leaves stages not done (refused by the gate, stopped at its deadline or by a
+    signal); returns those. Raises on the first failure."""
+    lock = root / "dvc.lock"
     refused: list[str] = []
     for wave, stages in zip(WAVES, waves):
         if not stages:
@@ -264,14 +400,24 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
         lock_before = lock.read_text() if checked and lock.is_file() else ""
         outputs_before = _output_files(root, lock_before, stages) if checked else {}
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_repro, root, env, stage, progress.started, gate) for stage in stages]
+            futures = [pool.submit(_repro, root, env, stage, progress.started, gate, processes) for stage in stages]
             for future in as_completed(futures):
                 stage, code, seconds, output = future.result()
                 if code is None:
                     refused.append(stage)
-                    log(f"[roar]   {stage}: not started (it would not finish within the time budget)")
+                    progress.finished(stage, None)
+                    if not processes.stopping:
+                        log(f"[roar]   {stage}: not started (it would not finish within the time budget)")
                     continue
                 stage_seconds[stage] = seconds
+                if code != 0 and processes.stopping:  # stopped by the signal, or killed with DVC by it
+                    progress.finished(stage, None)
+                    if stage_kind(stage) in CHAIN_STAGE_KINDS:
+                        ignore_cached_outputs(root, stage)
+                    refused.append(stage)
+                    log(f"[roar]   {stage}: stopped by {processes.signal_name} after {seconds:.0f} s (its finished "
+                        "steps are kept)")
+                    continue
                 if code == EXIT_MORE_TO_DO and gate is not None:
                     progress.finished(stage, None)
                     gate.stopped_at_deadline(stage, seconds)
@@ -293,18 +439,7 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
                                 tracker, study_run, log)
         if refused:  # the next waves build on this one: stop here
             break
-    log(progress.summary())
-    if refused:
-        _stop_early(root, env, tracker, study_run, log)
-        raise StoppedEarly(refused)
-    timings = dict(progress.seconds)
-    start = time.perf_counter()
-    final = _final_repro(root, env)
-    timings["final dvc repro"] = time.perf_counter() - start
-    tracker.end(study_run, failed=final != 0)
-    if final != 0:
-        raise RuntimeError(f"the final `dvc repro` failed (exit {final}); see its output above")
-    return timings
+    return refused
 
 
 def ignore_cached_outputs(root: Path, stage: str) -> None:

@@ -24,6 +24,11 @@ LOG = Path("runs") / "pipeline.jsonl"
 FINISHED, STOPPED, FAILED = "finished", "stopped by the time budget", "failed"
 
 
+def stopped_by(signal_name: str) -> str:
+    """The outcome of a call that a signal stopped (``SIGTERM``, ``SIGINT``)."""
+    return f"stopped by {signal_name}"
+
+
 def machine() -> dict[str, object]:
     """The hardware a call ran on: CPU model, the cores this process may use, torch and its CPU
     instruction set, and the GPUs torch sees."""

@@ -37,7 +37,7 @@ from roar.core.fileio import write_text_atomic
 from roar.core.tools import tool_env
 from roar.config.layout import stage_kind
 from roar.launch.pending import pending_stages
-from roar.pipeline.deadline import DEADLINE_ENV, EXIT_MORE_TO_DO, STOPPED_IN_DVC
+from roar.pipeline.deadline import CHAIN_STAGE_KINDS, DEADLINE_ENV, EXIT_MORE_TO_DO, STOPPED_IN_DVC
 
 SUBMISSIONS = Path(".roar") / "slurm"
 DEFAULTS = {"cpus": 1, "time": "04:00:00", "memory": "4G", "gpus": 0, "partition": None, "account": None,
@@ -133,7 +133,7 @@ def job_script(root: Path, stage: str, command: str, resources: dict, log: Path)
              f"#SBATCH --chdir={root.resolve()}", "#SBATCH --export=ALL", "#SBATCH --kill-on-invalid-dep=yes",
              *(f"#SBATCH {option}" for option in sbatch_options(resources)),
              "set -euo pipefail", f'echo "[roar] {stage} on $(hostname), job $SLURM_JOB_ID"']
-    stop_after = chain_deadline_s(resources["time"]) if stage_kind(stage) in ("recursive", "roar") else None
+    stop_after = chain_deadline_s(resources["time"]) if stage_kind(stage) in CHAIN_STAGE_KINDS else None
     if stop_after is None:
         return "\n".join([*lines, f"exec {command}"]) + "\n"
     job_log = str(log).replace("%j", "$SLURM_JOB_ID")

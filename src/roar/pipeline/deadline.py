@@ -1,18 +1,26 @@
-"""When a chain stage stops between steps: the end of the time budget that ``roar pipeline`` hands down.
+"""When a chain stage stops before its end: at the time budget's deadline that ``roar pipeline`` hands down, or
+on a signal.
 
 A chain of the paper's settings runs for hours, and a time budget that admitted only whole chains left a
 worker idle for most of its last chain's length. Under a budget a chain stage may therefore start when one
 of its steps fits; before each step it computes (a reused step costs nothing) it asks its
 :class:`StepDeadline` whether the step is expected to end in time, and stops cleanly when not: every
 finished step keeps its record, data and model (the next call reuses them), its runs end KILLED, and the
-stage exits with ``EXIT_MORE_TO_DO``. This decides whether a step runs, never what it computes, so it is
-off the computing path that the step key fingerprints.
+stage exits with ``EXIT_MORE_TO_DO``.
+
+A machine can also go away mid-step: Slurm signals a job at its time limit or when it is preempted, a
+preemptible cloud machine is shut down, a user presses Ctrl-C or stops ``roar pipeline``. Under
+:func:`stop_on_signals` SIGTERM and SIGINT end the stage the same way, dropping the step under way (its
+outputs are written atomically and its record last, so nothing half-written counts as done).
+This decides whether a step runs, never what it computes, so it is off the computing path that the step key
+fingerprints.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +35,8 @@ DEADLINE_ENV = "ROAR_CHAIN_DEADLINE"
 # deadline with steps left: EX_TEMPFAIL ("try again later"), so that a job script can tell "run me again" from
 # success and from failure.
 EXIT_MORE_TO_DO = 75
+# The DVC stage kinds of chains: the stages that stop between steps.
+CHAIN_STAGE_KINDS = ("recursive", "roar")
 # How `dvc repro` reports a stage command that stopped at its deadline (DVC itself then exits 255).
 STOPPED_IN_DVC = re.compile(rf"exited with {EXIT_MORE_TO_DO}\b")
 
@@ -85,3 +95,40 @@ class StepDeadline:
 
 
 NO_DEADLINE = StepDeadline()
+
+# The signals that stop a stage cleanly: SIGTERM (Slurm at a job's time limit or on preemption, a machine
+# shutting down, `kill`) and SIGINT (Ctrl-C, and `roar pipeline` stopping its stages: DVC ignores SIGINT while
+# its stage command runs and reports the command's exit status).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(RunInterrupted):
+    """A stage stopped by a signal (one of ``STOP_SIGNALS``): the work under way is dropped, what it finished is
+    kept."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}: the work under way is dropped, what was "
+                         "finished is kept and the next `roar pipeline` resumes from it")
+        self.signum = signum
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Inside, the first SIGTERM or SIGINT raises :class:`Interrupted` (in the main thread, where Python runs
+    signal handlers), so the runs it unwinds end KILLED; later ones are ignored until the block is left, because
+    Slurm and a shutdown signal every process while ``roar pipeline`` forwards its own (SIGKILL still ends it
+    at once)."""
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+
+    def stop(signum: int, frame: object) -> None:
+        for each in STOP_SIGNALS:
+            signal.signal(each, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,11 +1,18 @@
-"""roar pipeline's progress: stages done of all, the running ones, time left, the summary by kind."""
+"""roar pipeline's progress: stages done of all, the running ones, time left, the summary by kind; its stages' stop
+on a signal."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
-from roar.launch.local import Progress
+from roar.launch.local import Progress, StageProcesses, _wait_for_group
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -101,3 +108,59 @@ def test_a_stopped_stage_of_a_study_folder_gets_its_cached_outputs_ignored_there
     assert (study / "models" / ".gitignore").read_text().splitlines() == ["/s0"]
     assert not (tmp_path / "models" / ".gitignore").exists()
     assert not (study / "results" / ".gitignore").exists()
+
+
+STAGE = """
+import os, signal, subprocess, sys, time
+from pathlib import Path
+# like `dvc repro`: ignores SIGINT while its command runs, and waits for it
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+command = subprocess.Popen([sys.executable, "-c", '''
+import signal, sys, time
+from pathlib import Path
+def stop(signum, frame):
+    time.sleep(0.5)  # ends its runs, then exits "more to do"
+    Path("stopped").write_text(signal.Signals(signum).name)
+    sys.exit(75)
+signal.signal(signal.SIGINT, stop)
+Path("ready").write_text("")
+time.sleep(60)
+'''], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+sys.exit(command.wait())
+"""
+
+
+def test_a_stop_reaches_each_stage_as_sigint_and_starts_no_more(tmp_path: Path) -> None:
+    """SIGTERM to the pipeline: its stages' process groups get SIGINT, which DVC ignores and its command answers by
+    stopping cleanly (exit 75); later stages do not start."""
+    processes = StageProcesses()
+    result: dict[str, subprocess.CompletedProcess | None] = {}
+    worker = threading.Thread(target=lambda: result.update(
+        chain=processes.run([sys.executable, "-c", STAGE], tmp_path, dict(os.environ), "chain")))
+    worker.start()
+    for _ in range(200):
+        if (tmp_path / "ready").exists():
+            break
+        time.sleep(0.05)
+    assert not processes.stopping
+    processes.stop(signal.SIGTERM)
+    worker.join(timeout=30)
+    assert result["chain"].returncode == 75 and (tmp_path / "stopped").read_text() == "SIGINT"
+    assert processes.signal_name == "SIGTERM"
+    assert processes.run([sys.executable, "-c", "open('started', 'w')"], tmp_path, dict(os.environ), "next") is None
+    assert not (tmp_path / "started").exists()
+    processes.stop(signal.SIGINT)  # a second signal only says so
+    assert processes.signal_name == "SIGTERM"
+
+
+def test_a_stopped_stage_ends_when_its_process_group_is_empty(tmp_path: Path) -> None:
+    """A stage whose DVC died of the signal (sent to every process) leaves its command unwinding its runs: the
+    pipeline waits for the whole group before it counts the stage as stopped."""
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"], start_new_session=True)
+    started = time.monotonic()
+    _wait_for_group(leftover.pid)
+    assert time.monotonic() - started >= 0.8 and leftover.poll() is not None  # ended, a zombie until reaped
+    stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); time.sleep(60)"], start_new_session=True)
+    _wait_for_group(stuck.pid, timeout=0.5)
+    assert stuck.wait(timeout=10) == -signal.SIGKILL

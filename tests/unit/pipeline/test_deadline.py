@@ -1,12 +1,18 @@
-"""A chain stage's deadline: the value `roar pipeline` hands down, and when a step may start."""
+"""A chain stage's deadline: the value `roar pipeline` hands down, and when a step may start; the signals that
+stop a stage."""
 
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
 
 import pytest
 
-from roar.pipeline.deadline import DEADLINE_ENV, StepDeadline, StoppedAtDeadline
+from roar.pipeline.deadline import (DEADLINE_ENV, STOP_SIGNALS, Interrupted, StepDeadline, StoppedAtDeadline,
+                                    stop_on_signals)
+from roar.tracking.protocol import ended_status
 
 
 class Ticks:
@@ -54,3 +60,32 @@ def test_a_step_that_fails_is_not_timed_and_no_deadline_never_stops() -> None:
     assert deadline.longest == 0.0
     with StepDeadline().step(90):  # the default: no deadline
         pass
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_raises_once_ends_runs_killed_and_later_ones_wait_for_the_unwinding(signum: int) -> None:
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    unwound = False
+    with pytest.raises(Interrupted) as stopped:
+        with stop_on_signals():
+            try:
+                os.kill(os.getpid(), signum)
+                time.sleep(5)  # the handler raises here, in the main thread, at once
+            finally:
+                os.kill(os.getpid(), signal.SIGTERM)  # a second signal (Slurm signals every process) is ignored
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                unwound = True
+    assert unwound and stopped.value.signum == signum
+    assert signal.Signals(signum).name in str(stopped.value)
+    assert ended_status(stopped.value) == "KILLED" and ended_status(RuntimeError()) == "FAILED"
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
+
+
+def test_no_signal_no_stop_and_the_handlers_come_back_after_an_error() -> None:
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    with stop_on_signals():
+        pass
+    with pytest.raises(ValueError), stop_on_signals():
+        raise ValueError("not a stop")
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
