@@ -171,8 +171,10 @@ def test_a_job_past_its_time_limit_is_stopped_and_a_resubmission_finishes_the_st
     [job] = [job for job in submission(root)["jobs"] if job["state"] == "TIMEOUT"]
     assert "stopped by SIGTERM" in (root / job["log"]).read_text()
     runs = mlflow_runs(root, "tiny")
-    assert [r.info.status for r in runs if r.data.tags.get("roar.kind") == "chain"] == ["KILLED"]
-    assert {r.info.status for r in runs if r.data.tags.get("roar.k") == "70"} == {"KILLED"}
+    assert [r.info.status for r in runs if r.data.tags.get("roar.kind") == "chain"
+            and r.data.tags.get("roar.measure") == "random"] == ["KILLED"]
+    assert [r.info.status for r in runs if r.data.tags.get("roar.kind") == "step"
+            and r.data.tags.get("roar.k") == "70"] == ["KILLED"]
     assert "RUNNING" not in {r.info.status for r in runs if r.data.tags.get("roar.kind") != "study"}
 
     resumed = submit(root)
