@@ -153,23 +153,30 @@ def processes_in(root: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("to", ["pipeline", "every process"])
-def test_sigterm_mid_step_stops_the_stages_cleanly_and_a_rerun_finishes(baseline: Path, tmp_path: Path,
-                                                                          to: str) -> None:
-    """SIGTERM while both chains are inside step 70: to `roar pipeline` alone (`kill`, a supervisor), or to every
-    process at once (a machine shutting down, Slurm at a job's time limit or on preemption). The chains drop
-    step 70 and stop (SIGINT from the pipeline, or their own SIGTERM), every run they leave ends KILLED and none
-    FAILED, no process is left, the call exits 75 and is logged as stopped; the rerun gives the uninterrupted
-    run's results."""
+def both_chains_training_step_70(root: Path) -> bool:
+    return {r.data.tags["roar.measure"] for r in mlflow_runs(root, STUDY) if r.info.status == "RUNNING"
+            and r.data.tags.get("roar.kind") == "train" and r.data.tags.get("roar.k") == "70"} == set(CHAINS)
+
+
+@pytest.mark.parametrize("to, inside", [("pipeline", "data-written"), ("every process", "train")])
+def test_sigterm_mid_step_stops_the_stages_cleanly_and_a_rerun_finishes(baseline: Path, tmp_path: Path, to: str,
+                                                                          inside: str) -> None:
+    """SIGTERM while both chains are inside step 70: to `roar pipeline` alone (`kill`, a supervisor) after the
+    step's data is written, or to every process at once (a machine shutting down, Slurm at a job's time limit or
+    on preemption) inside the step's training, where Lightning's Trainer has its own SIGTERM handler. The chains
+    drop step 70 and stop (SIGINT from the pipeline, or their own SIGTERM), every run they leave ends KILLED and
+    none FAILED, no process is left, the call exits 75 and is logged as stopped; the rerun gives the
+    uninterrupted run's results."""
     root = make_project(tmp_path / "sigterm", fault_params())
     proc = subprocess.Popen(["roar", "pipeline", "--no-push"], cwd=root, start_new_session=True, text=True,
-                            env=project_env(root, ROAR_FAILPOINT="stall:data-written@k70"),
+                            env=project_env(root, ROAR_FAILPOINT=f"stall:{inside}@k70"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stalled = [chain_dir(root, "data", m) / "k70" for m in CHAINS]
-    for _ in range(12000):
-        if all(p.is_dir() for p in stalled) or proc.poll() is not None:
+    for _ in range(3000):
+        if (all(p.is_dir() for p in stalled) and (inside != "train" or both_chains_training_step_70(root))
+                or proc.poll() is not None):
             break
-        time.sleep(0.05)
+        time.sleep(0.2)
     assert all(p.is_dir() for p in stalled), "the chains did not reach step 70"
     if to == "pipeline":
         proc.send_signal(signal.SIGTERM)
@@ -188,7 +195,9 @@ def test_sigterm_mid_step_stops_the_stages_cleanly_and_a_rerun_finishes(baseline
             and r.data.tags["roar.measure"] in CHAINS} == {(m, "KILLED") for m in CHAINS}
     at_70 = {(r.data.tags["roar.kind"], r.data.tags["roar.measure"], r.info.status) for r in runs
              if r.data.tags.get("roar.k") == "70"}  # the step's importance finished, its data written, then the stop
-    assert at_70 == {(kind, m, status) for m in CHAINS for kind, status in (("step", "KILLED"), ("importance", "FINISHED"))}
+    killed = ("step", "train") if inside == "train" else ("step",)
+    assert at_70 == {(kind, m, "KILLED") for m in CHAINS for kind in killed} | {
+        ("importance", m, "FINISHED") for m in CHAINS}
     assert read_calls(root)[-1]["outcome"] == stopped_by("SIGTERM") == "stopped by SIGTERM"
 
     rerun = pipeline(root)

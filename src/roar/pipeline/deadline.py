@@ -117,13 +117,16 @@ def stop_on_signals() -> Iterator[None]:
     """Inside, the first SIGTERM or SIGINT raises :class:`Interrupted` (in the main thread, where Python runs
     signal handlers), so the runs it unwinds end KILLED; later ones are ignored until the block is left, because
     Slurm and a shutdown signal every process while ``roar pipeline`` forwards its own (SIGKILL still ends it
-    at once)."""
+    at once). Lightning's ``Trainer.fit`` calls this handler after its own SIGTERM handler (which alone would end
+    the fit with ``SIGTERMException`` at the next batch's end, its runs FAILED) and reinstalls it when the fit
+    unwinds, so "ignored" is a flag of the handler, not a handler swapped in."""
     previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    stopped: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
-        for each in STOP_SIGNALS:
-            signal.signal(each, signal.SIG_IGN)
-        raise Interrupted(signum)
+        if not stopped:
+            stopped.append(signum)
+            raise Interrupted(signum)
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, stop)

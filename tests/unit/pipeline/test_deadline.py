@@ -68,10 +68,12 @@ def test_a_stop_signal_raises_once_ends_runs_killed_and_later_ones_wait_for_the_
     unwound = False
     with pytest.raises(Interrupted) as stopped:
         with stop_on_signals():
+            installed = signal.getsignal(signal.SIGTERM)
             try:
                 os.kill(os.getpid(), signum)
                 time.sleep(5)  # the handler raises here, in the main thread, at once
             finally:
+                signal.signal(signal.SIGTERM, installed)  # as Lightning's Trainer puts it back when a fit unwinds
                 os.kill(os.getpid(), signal.SIGTERM)  # a second signal (Slurm signals every process) is ignored
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.05)
