@@ -119,7 +119,8 @@ def pipeline(jobs: int = typer.Option(2, min=1, help="Stages run at once (local 
     except StoppedEarly as stop:
         if stop.signal_name:
             _stopped_by_signal(root, stop, time.perf_counter() - start)
-        _stopped_by_budget(root, budget, jobs, time.perf_counter() - start)
+        else:
+            _stopped_by_budget(root, budget, jobs, time.perf_counter() - start)
     except RuntimeError as error:  # a stage failed: its output follows the first line
         fail(error, multiline=True)
     except subprocess.CalledProcessError as error:

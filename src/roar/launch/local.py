@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +30,7 @@ from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
 from roar.core.tools import tool_env
 from roar.launch.pending import pending_stages
-from roar.pipeline.deadline import CHAIN_STAGE_KINDS, EXIT_MORE_TO_DO, STOP_SIGNALS, STOPPED_IN_DVC
+from roar.pipeline.deadline import CHAIN_STAGE_KINDS, EXIT_MORE_TO_DO, STOPPED_IN_DVC, on_stop_signals
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
 WAVES = (("prepare",), ("train_k0",), ("recursive", "roar", "train_all_masked"), ("report",))
@@ -119,14 +119,8 @@ class StageProcesses:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-        for signum in STOP_SIGNALS:
-            signal.signal(signum, self.stop)
-        try:
+        with on_stop_signals(self.stop):
             yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
 
 
 def _wait_for_group(pgid: int, timeout: float = 300.0) -> None:
@@ -187,16 +181,14 @@ def stage_names(root: Path) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def _repro(root: Path, env: dict, stage: str, started=None, gate: StartGate | None = None,
-           processes: StageProcesses | None = None) -> tuple[str, int | None, float, str]:
+def _repro(root: Path, env: dict, stage: str, started: Callable[[str], None], gate: StartGate | None,
+           processes: StageProcesses) -> tuple[str, int | None, float, str]:
     """``dvc repro`` of one stage: (stage, exit status, seconds, output tail); status None when ``gate`` refused it
     or ``processes`` is stopping, ``EXIT_MORE_TO_DO`` when its command stopped with work left (at the gate's
     deadline or on a signal; DVC itself exits 255)."""
-    processes = processes or StageProcesses()
     if processes.stopping or (gate is not None and not gate.admits(stage)):
         return stage, None, 0.0, ""
-    if started is not None:
-        started(stage)
+    started(stage)
     start = time.perf_counter()
     proc = processes.run(["dvc", "--wait-for-lock", "repro", "--single-item", stage], root,
                          env | (gate.stage_env(stage) if gate is not None else {}), stage)

@@ -120,7 +120,6 @@ def stop_on_signals() -> Iterator[None]:
     at once). Lightning's ``Trainer.fit`` calls this handler after its own SIGTERM handler (which alone would end
     the fit with ``SIGTERMException`` at the next batch's end, its runs FAILED) and reinstalls it when the fit
     unwinds, so "ignored" is a flag of the handler, not a handler swapped in."""
-    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     stopped: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
@@ -128,10 +127,18 @@ def stop_on_signals() -> Iterator[None]:
             stopped.append(signum)
             raise Interrupted(signum)
 
+    with on_stop_signals(stop):
+        yield
+
+
+@contextmanager
+def on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """``handler`` handles ``STOP_SIGNALS`` inside; the handlers before it come back after."""
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum in STOP_SIGNALS:
-        signal.signal(signum, stop)
+        signal.signal(signum, handler)
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
