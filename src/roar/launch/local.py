@@ -26,6 +26,8 @@ from pathlib import Path
 from threading import Lock
 from typing import Protocol
 
+import psutil
+
 from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
 from roar.core.tools import tool_env
@@ -62,17 +64,19 @@ class StoppedEarly(Exception):
 
 
 class StageProcesses:
-    """The ``dvc repro`` processes running now, each in a session of its own, and the signal that stops them.
+    """The ``dvc repro`` processes running now and the signal that stops them.
 
-    SIGTERM or SIGINT to ``roar pipeline`` (a shutdown, Slurm, ``kill``, Ctrl-C) would otherwise end it and
-    leave its stages running on. Instead it starts no more stages and sends SIGINT to each stage's process
-    group: DVC ignores SIGINT while its stage command runs, the command stops cleanly (its runs KILLED, exit 75,
-    :mod:`roar.pipeline.deadline`) and DVC reports it.
+    SIGTERM or SIGINT to ``roar pipeline`` alone (a shutdown, Slurm, ``kill``) would otherwise end it and leave its
+    stages running on. Instead it starts no more stages and sends SIGINT to each stage's process tree: DVC ignores
+    SIGINT while its stage command runs, the command stops cleanly (its runs KILLED, exit 75,
+    :mod:`roar.pipeline.deadline`) and DVC reports it. The stages stay in the pipeline's process group, so that
+    whatever ends the whole group (Ctrl-C, a hang-up, ``kill -9 -<pgid>``) ends them with it and leaves none behind.
     """
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
         self._running: dict[str, subprocess.Popen] = {}
+        self._stopped: dict[str, list[psutil.Process]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -80,20 +84,21 @@ class StageProcesses:
         return self.signal_name is not None
 
     def run(self, args: list[str], root: Path, env: dict, stage: str) -> subprocess.CompletedProcess | None:
-        """Run ``args`` for ``stage`` to its end and until its process group is empty; None when stopping."""
+        """Run ``args`` for ``stage`` to its end, and when stopped until its whole tree ended; None when stopping."""
         with self._lock:
             if self.stopping:
                 return None
             proc = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, start_new_session=True)
+                                    text=True)
             self._running[stage] = proc
         try:
             out, err = proc.communicate()
         finally:
             with self._lock:
                 del self._running[stage]
-        if self.stopping:
-            _wait_for_group(proc.pid)  # DVC killed by a signal to every process leaves its command ending
+                stopped = self._stopped.pop(stage, [])
+        if stopped:
+            wait_for_processes(stopped)  # DVC killed first (a signal to every process) leaves its command ending
         return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
     def stop(self, signum: int, frame: object = None) -> None:
@@ -104,14 +109,17 @@ class StageProcesses:
             return
         with self._lock:
             self.signal_name = signal.Signals(signum).name
-            running = list(self._running.values())
-        print(f"[roar] {self.signal_name}: stopping the {len(running)} stage(s) under way; their finished steps "
+            for stage, proc in self._running.items():
+                self._stopped[stage] = process_tree(proc.pid)
+            trees = list(self._stopped.values())
+        print(f"[roar] {self.signal_name}: stopping the {len(trees)} stage(s) under way; their finished steps "
               "are kept", file=sys.stderr, flush=True)
-        for proc in running:
-            try:
-                os.killpg(proc.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
+        for tree in trees:
+            for process in tree:
+                try:
+                    process.send_signal(signal.SIGINT)
+                except psutil.NoSuchProcess:
+                    pass
 
     @contextmanager
     def stopping_on_signals(self) -> Iterator[None]:
@@ -123,38 +131,37 @@ class StageProcesses:
             yield
 
 
-def _wait_for_group(pgid: int, timeout: float = 300.0) -> None:
-    """Until no process of group ``pgid`` is left (a stage command whose DVC died first unwinds its runs), at
-    most ``timeout`` seconds; then SIGKILL what is left (the next call ends its runs)."""
+def process_tree(pid: int) -> list[psutil.Process]:
+    """Process ``pid`` and all its descendants (none when it already ended)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def wait_for_processes(processes: list[psutil.Process], timeout: float = 300.0) -> None:
+    """Until each of ``processes`` ended (a zombie counts as ended: an orphan is reaped by whatever runs as PID 1,
+    which in a container may never do it), at most ``timeout`` seconds; then SIGKILL what is left (the next call
+    ends its runs)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _group_alive(pgid):
+        processes = [p for p in processes if _running(p)]
+        if not processes:
             return
         time.sleep(0.2)
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _running(process: psutil.Process) -> bool:
     try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs. A zombie does not count: an orphan is reaped by whatever
-    runs as PID 1, which in a container may never do it."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").is_file():  # no procfs: signal 0 answers for zombies too
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()  # after "pid (command name)"
-        except OSError:  # ended while listed
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _cost_rank(stage: str) -> tuple[int, str]:

@@ -12,7 +12,9 @@ import threading
 import time
 from pathlib import Path
 
-from roar.launch.local import Progress, StageProcesses, _wait_for_group
+import psutil
+
+from roar.launch.local import Progress, StageProcesses, process_tree, wait_for_processes
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -131,7 +133,7 @@ sys.exit(command.wait())
 
 
 def test_a_stop_reaches_each_stage_as_sigint_and_starts_no_more(tmp_path: Path) -> None:
-    """SIGTERM to the pipeline: its stages' process groups get SIGINT, which DVC ignores and its command answers by
+    """SIGTERM to the pipeline: its stages' process trees get SIGINT, which DVC ignores and its command answers by
     stopping cleanly (exit 75); later stages do not start."""
     processes = StageProcesses()
     result: dict[str, subprocess.CompletedProcess | None] = {}
@@ -153,14 +155,30 @@ def test_a_stop_reaches_each_stage_as_sigint_and_starts_no_more(tmp_path: Path) 
     assert processes.signal_name == "SIGTERM"
 
 
-def test_a_stopped_stage_ends_when_its_process_group_is_empty(tmp_path: Path) -> None:
+def test_a_stage_runs_in_the_pipelines_process_group(tmp_path: Path) -> None:
+    """Whatever ends the pipeline's whole group (Ctrl-C, a hang-up, kill -9 of the group) must end its stages too."""
+    processes = StageProcesses()
+    done = processes.run([sys.executable, "-c", "import os; print(os.getpgrp())"], tmp_path, dict(os.environ), "s")
+    assert int(done.stdout) == os.getpgrp()
+
+
+def test_a_stopped_stage_ends_when_its_whole_tree_ended(tmp_path: Path) -> None:
     """A stage whose DVC died of the signal (sent to every process) leaves its command unwinding its runs: the
-    pipeline waits for the whole group before it counts the stage as stopped."""
-    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"], start_new_session=True)
+    pipeline waits for the stage's whole tree, as it was when stopped, before it counts the stage as stopped."""
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                               "'-c', 'import time; time.sleep(1.5)']); time.sleep(60)"])
+    for _ in range(100):
+        tree = process_tree(parent.pid)
+        if len(tree) == 2:
+            break
+        time.sleep(0.05)
+    assert len(tree) == 2
+    parent.kill()  # the child lives on, reparented
     started = time.monotonic()
-    _wait_for_group(leftover.pid)
-    assert time.monotonic() - started >= 0.8 and leftover.poll() is not None  # ended, a zombie until reaped
+    wait_for_processes(tree)
+    assert time.monotonic() - started >= 0.5
+    assert not tree[1].is_running() or tree[1].status() == psutil.STATUS_ZOMBIE  # ended; a zombie until reaped
     stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
-                              "signal.SIG_IGN); time.sleep(60)"], start_new_session=True)
-    _wait_for_group(stuck.pid, timeout=0.5)
+                              "signal.SIG_IGN); time.sleep(60)"])
+    wait_for_processes(process_tree(stuck.pid), timeout=0.5)
     assert stuck.wait(timeout=10) == -signal.SIGKILL
