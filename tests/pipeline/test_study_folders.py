@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -95,8 +96,9 @@ def test_metrics_and_plots_of_studies_side_by_side_and_between_commits(project: 
 
 
 def test_a_second_target_takes_the_chains_that_explain_no_class_from_the_first(tmp_path: Path) -> None:
-    """Two studies that differ only in ``importance.target``: the second computes its gradient chains (they
-    explain a class) and copies the random and attention steps, whose step keys do not hold the target."""
+    """Two studies that differ only in ``importance.target``: the second restores its trainings from the first
+    through DVC's run cache, computes its gradient chains (they explain a class) and copies the random and
+    attention steps, whose step keys do not hold the target."""
     root = make_project(tmp_path / "project", tiny_params())
     for name, target in (("gold", "gold"), ("predicted", "predicted")):
         params = tiny_params()
@@ -106,7 +108,12 @@ def test_a_second_target_takes_the_chains_that_explain_no_class_from_the_first(t
         (root / f"{name}.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
         sh("roar", "study", "new", name, "--from", f"{name}.yaml", cwd=root)
     sh("roar", "pipeline", "--study", "gold", "--no-push", cwd=root)
-    sh("roar", "pipeline", "--study", "predicted", "--no-push", cwd=root)
+    shutil.rmtree(root / ".dvc" / "cache" / "runs", ignore_errors=True)  # as on a fresh clone
+    out = sh("roar", "pipeline", "--study", "predicted", "--no-push", cwd=root)
+    assert "2 finished training(s) of other study folders saved to DVC's run cache" in out
+    trained = {r.data.tags.get("roar.measure") for r in mlflow_runs(root, "predicted")
+               if r.data.tags.get("roar.kind") == "train"}
+    assert trained == {"gradient"}  # its k = 0 and all-masked models restored, not trained
 
     chain = "babi-1/bilstm-attention/{}/recursive/s0/k50"
     gold, predicted = root / "studies/gold", root / "studies/predicted"
@@ -123,4 +130,7 @@ def test_a_second_target_takes_the_chains_that_explain_no_class_from_the_first(t
     assert json.loads((predicted / facts).read_text())["step_run_id"] != json.loads((gold / facts).read_text())[
         "step_run_id"]
     assert made["step_key"] != json.loads((gold / f"results/{chain.format('gradient')}.json").read_text())["step_key"]
+    for reference in ("models/babi-1/bilstm-attention/k0/s0/model.safetensors",
+                      "results/babi-1/bilstm-attention/k0/s0.json"):
+        assert (predicted / reference).read_bytes() == (gold / reference).read_bytes()
     assert "Data and pipelines are up to date" in sh("dvc", "status", "dvc.yaml", cwd=predicted)

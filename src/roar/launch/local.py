@@ -32,6 +32,7 @@ from roar.config.catalog import MEASURE_SPECS
 from roar.config.layout import stage_kind
 from roar.core.tools import tool_env
 from roar.launch.pending import pending_stages
+from roar.launch.shared_trainings import share_finished_trainings
 from roar.pipeline.deadline import CHAIN_STAGE_KINDS, EXIT_MORE_TO_DO, STOPPED_IN_DVC, on_stop_signals
 
 # The all-masked models are only needed by the report, so they fill the chains' wave.
@@ -359,6 +360,7 @@ def _run_pipeline(root: Path, jobs: int, log, gate: StartGate | None, remake_mis
     if len(pending) < len(names):
         log(f"[roar] {len(names) - len(pending)} of {len(names)} stage(s) done: up to date, or with their records "
             "committed and their cached outputs not needed here (--remake-missing remakes those)")
+    share_finished_trainings(root, pending, log)
     order = _cost_rank if gate is None else piece_rank
     waves = [sorted((n for n in names if stage_kind(n) in wave and n in pending), key=order) for wave in WAVES]
     progress = Progress([stage for wave in waves for stage in wave], jobs)

@@ -37,6 +37,7 @@ from roar.core.fileio import write_text_atomic
 from roar.core.tools import tool_env
 from roar.config.layout import stage_kind
 from roar.launch.pending import pending_stages
+from roar.launch.shared_trainings import share_finished_trainings
 from roar.pipeline.deadline import CHAIN_STAGE_KINDS, DEADLINE_ENV, EXIT_MORE_TO_DO, STOPPED_IN_DVC
 
 SUBMISSIONS = Path(".roar") / "slurm"
@@ -257,6 +258,7 @@ def submit(root: Path, slurm: dict | None, study_run_id: str, env: dict, push: b
     stages = pending_stages(root, remake_missing, log)
     if not stages:
         return submission
+    share_finished_trainings(root, stages, log)
     folder.mkdir(parents=True)
     ids: dict[str, str] = {}
     finish_cmd = f"roar pipeline-finish {shlex.quote(study_run_id)} {'--push' if push else '--no-push'}"
