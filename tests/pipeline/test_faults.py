@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from roar.launch.pipeline_log import read_calls, stopped_by
+from roar.tracking.pipeline_log import read_calls, stopped_by
 from tests.pipeline.conftest import REPO, commit, make_project, mlflow_runs, project_env, sh
 
 STUDY = "faults"

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from roar.launch.pipeline_log import FINISHED, STOPPED, read_calls
+from roar.tracking.pipeline_log import FINISHED, STOPPED, read_calls
 from tests.pipeline.conftest import make_project, mlflow_runs, project_env, sh, tiny_params
 
 

@@ -171,7 +171,7 @@ def _stopped_by_signal(root: Path, stop: StoppedEarly, seconds: float) -> None:
 
 def _print_log_totals(root: Path) -> None:
     """What the study's logged calls took so far (commit ``runs/pipeline.jsonl`` with the records)."""
-    from roar.launch.pipeline_log import LOG, read_calls, totals
+    from roar.tracking.pipeline_log import LOG, read_calls, totals
 
     calls = read_calls(root)
     wall, process = totals(calls)

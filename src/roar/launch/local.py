@@ -299,11 +299,11 @@ def run_pipeline(root: Path = Path("."), jobs: int = 2, log=print, gate: StartGa
                  remake_missing: bool = False) -> dict[str, float]:
     """Reproduce every stage that must run (:mod:`roar.launch.pending`; with ``remake_missing`` also those
     whose only change is cached outputs absent here); returns each stage's wall seconds and logs the call in
-    ``runs/pipeline.jsonl`` (:mod:`roar.launch.pipeline_log`), however it ends. Raises on the first
+    ``runs/pipeline.jsonl`` (:mod:`roar.tracking.pipeline_log`), however it ends. Raises on the first
     failure, and at once when another pipeline runs in the same workspace. With a ``gate`` (a time budget), a
     stage starts only when it admits it; after a wave with a refused stage the pipeline writes the partial
     report, ends the study run and raises :class:`StoppedEarly` (a rerun resumes)."""
-    from roar.launch.pipeline_log import FAILED, FINISHED, STOPPED, PipelineCall, stopped_by
+    from roar.tracking.pipeline_log import FAILED, FINISHED, STOPPED, PipelineCall, stopped_by
     from roar.tracking.mlflow_tracker import git_commit
 
     with workspace_lock(root):

@@ -299,3 +299,24 @@ def test_points_hold_only_steps_masked_by_the_studys_count():
         study = Study("count", ["babi-1"], ["bilstm-attention"], ["attention", "gradient"], [], [0], "quantile", [25],
                       masking_count=count)
         assert set(collect_points(records, study)["measure"]) == kept
+
+
+def test_the_machines_of_the_pipeline_log_in_machines_csv_and_the_readme(tmp_path: Path) -> None:
+    """Where a study's calls ran, from runs/pipeline.jsonl; no section for a study no `roar pipeline` call ran."""
+    results, out = write_results(tmp_path), tmp_path / "reports"
+    with contextlib.redirect_stderr(io.StringIO()):
+        write_report(params(), results, out)
+    assert not (out / "machines.csv").exists() and "### Machines" not in (out / "README.md").read_text()
+    xeon, epyc = ({"cpu": cpu, "cpu_capability": isa, "cores": 2} for cpu, isa in (("Xeon", "AVX512"), ("EPYC", "AVX2")))
+    calls = [{"machine": xeon, "wall_seconds": 7200.0, "stages": {"a": 7200.0, "b": 5400.0}},
+             {"machine": epyc, "wall_seconds": 900.0, "stages": {"b": 900.0}}]
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "pipeline.jsonl").write_text("".join(json.dumps(call) + "\n" for call in calls))
+    with contextlib.redirect_stderr(io.StringIO()):
+        write_report(params(), results, out)
+    assert rows(out / "machines.csv") == [
+        {"machine": "Xeon (AVX512), 2 cores", "calls": "1", "wall_hours": "2.000000", "stage_process_hours": "3.500000",
+         "stages": "2"},
+        {"machine": "EPYC (AVX2), 2 cores", "calls": "1", "wall_hours": "0.250000", "stage_process_hours": "0.250000",
+         "stages": "1"}]
+    assert "| Xeon (AVX512), 2 cores | 1 | 2.00 | 3.50 | 2 |" in (out / "README.md").read_text()

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from roar.launch.pipeline_log import FINISHED, LOG, STOPPED, PipelineCall, machine, read_calls, totals
+from roar.tracking.pipeline_log import FINISHED, LOG, STOPPED, PipelineCall, by_machine, machine, read_calls, totals
 
 
 def test_machine_names_the_cores_this_process_may_use_and_torchs_cpu_instruction_set() -> None:
@@ -52,3 +52,19 @@ def test_a_call_refused_before_any_stage_ran_leaves_no_line(tmp_path) -> None:
     with pytest.raises(FileNotFoundError):  # no params.yaml: refused before the study run opens
         run_pipeline(tmp_path, log=lambda line: None)
     assert not (tmp_path / LOG).exists()
+
+
+def test_by_machine_sums_the_calls_of_each_machine_in_order_of_first_use() -> None:
+    xeon = {"cpu": "Intel Xeon", "cpu_capability": "AVX512", "cores": 2}
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "cores": 2}
+    calls = [{"machine": xeon, "wall_seconds": 3600.0, "stages": {"a": 1800.0, "b": 3600.0}},
+             {"machine": epyc, "wall_seconds": 1800.0, "stages": {"b": 900.0, "c": 1800.0}},
+             {"machine": xeon, "wall_seconds": 7200.0, "stages": {"a": 3600.0}},
+             {"machine": {**epyc, "gpus": ["NVIDIA H200"]}, "wall_seconds": 360.0, "stages": {}}]
+    assert by_machine(calls) == [
+        {"machine": "Intel Xeon (AVX512), 2 cores", "calls": 2, "wall_hours": 3.0, "stage_process_hours": 2.5,
+         "stages": 2},
+        {"machine": "AMD EPYC (AVX2), 2 cores", "calls": 1, "wall_hours": 0.5, "stage_process_hours": 0.75,
+         "stages": 2},
+        {"machine": "AMD EPYC (AVX2), 2 cores, NVIDIA H200", "calls": 1, "wall_hours": 0.1,
+         "stage_process_hours": 0.0, "stages": 0}]

@@ -87,3 +87,24 @@ def totals(calls: list[dict]) -> tuple[float, float]:
     wall = sum(call["wall_seconds"] for call in calls) / 3600
     process = sum(sum(call["stages"].values()) for call in calls) / 3600
     return wall, process
+
+
+def machine_label(info: dict) -> str:
+    """A machine as one line: CPU model, torch's CPU instruction set, cores, and its GPUs if any."""
+    label = f"{info.get('cpu', '?')} ({info.get('cpu_capability', '?')}), {info.get('cores', '?')} cores"
+    return label + (f", {', '.join(info['gpus'])}" if info.get("gpus") else "")
+
+
+def by_machine(calls: list[dict]) -> list[dict]:
+    """Per machine the calls of ``calls`` ran on, in the order each first appears: how many calls, their wall
+    and stage-process hours, and how many stages they ran (started, whether they finished or stopped)."""
+    groups: dict[str, list[dict]] = {}
+    for call in calls:
+        groups.setdefault(machine_label(call.get("machine") or {}), []).append(call)
+    rows = []
+    for label, group in groups.items():
+        wall, process = totals(group)
+        stages = {name for call in group for name in call["stages"]}
+        rows.append({"machine": label, "calls": len(group), "wall_hours": round(wall, 2),
+                     "stage_process_hours": round(process, 2), "stages": len(stages)})
+    return rows
