@@ -16,12 +16,12 @@ skipping run"). Nothing is written to the other folders.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterable
 from pathlib import Path
 
 from roar.config.layout import project_root, stage_kind
 from roar.config.study_folders import study_folders
+from roar.launch.studies import dvc_warnings_off
 
 SHARED_KINDS = ("train_k0", "train_all_masked")
 
@@ -38,19 +38,14 @@ def share_finished_trainings(root: Path, pending: Iterable[str], log=print) -> l
     if not names or not folders:
         return []
     saved = []
-    logger = logging.getLogger("dvc")
-    level = logger.level
-    logger.setLevel(logging.ERROR)  # DVC says per stage what changed; only what is shared is news here
-    try:
-        with contextlib.chdir(project), Repo(".") as repo, lock_repo(repo):  # DVC resolves paths from the cwd
-            for folder in folders:
-                for name in names:
-                    stage = _finished_stage(repo, folder / "dvc.yaml", name)
-                    if stage is not None:
-                        stage.save(run_cache=True)  # the run cache and the object cache only; no lock file written
-                        saved.append(f"{folder.relative_to(project)}/dvc.yaml:{name}")
-    finally:
-        logger.setLevel(level)
+    # DVC resolves paths from the cwd, and says per stage what changed: only what is shared is news here
+    with contextlib.chdir(project), dvc_warnings_off(), Repo(".") as repo, lock_repo(repo):
+        for folder in folders:
+            for name in names:
+                stage = _finished_stage(repo, folder / "dvc.yaml", name)
+                if stage is not None:
+                    stage.save(run_cache=True)  # the run cache and the object cache only; no lock file written
+                    saved.append(f"{folder.relative_to(project)}/dvc.yaml:{name}")
     if saved:
         log(f"[roar] {len(saved)} finished training(s) of other study folders saved to DVC's run cache: a stage "
             "here with the same command, inputs and params is restored from it instead of trained "

@@ -232,8 +232,8 @@ def _remote(repo) -> str | None:
 
 
 @contextlib.contextmanager
-def _dvc_warnings_off() -> Iterator[None]:
-    """DVC's per-file warnings about outputs missing from cache and remote: the status line says it once."""
+def dvc_warnings_off() -> Iterator[None]:
+    """DVC's warnings off (per-file notes on missing outputs, per-stage changes): the caller says what matters once."""
     logger = logging.getLogger("dvc")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -282,7 +282,7 @@ def _locked_study_status(folder: Path, where: str, name: str, lock: dict, run: s
     """:func:`study_status` of a study with a ``dvc.lock``, from ``dvc status`` (which takes DVC's lock)."""
     from dvc.repo import Repo
 
-    with contextlib.chdir(folder), _dvc_warnings_off(), Repo(".") as repo:
+    with contextlib.chdir(folder), dvc_warnings_off(), Repo(".") as repo:
         status = repo.status(targets=["dvc.yaml"])
         if not status:
             return StudyStatus(name, where, UP_TO_DATE)
