@@ -180,14 +180,17 @@ def _print_log_totals(root: Path) -> None:
 
 
 def _rewrite_run_facts(root: Path) -> None:
-    """The report files written from the run facts (``compute.csv``, ``noretrain_compute.csv``, ``README.md``)
-    are no DVC outputs: a rerun whose results came out the same skips the report stage, so they are rewritten
-    here from this run's facts (the other report files come out byte for byte the same)."""
+    """The report files written from the run facts (``compute.csv``, ``noretrain_compute.csv``,
+    ``machines.csv``, ``README.md``) are no DVC outputs: a rerun whose results came out the same skips the
+    report stage, and this call's own facts (``runs/pipeline.jsonl``) come after it, so they are rewritten
+    here (the other report files come out byte for byte the same) and logged again to the report run."""
     from roar.config.params import load_params
     from roar.report.study import write_report
-    from roar.tracking.mlflow_tracker import git_commit
+    from roar.tracking.mlflow_tracker import git_commit, refresh_report
 
-    write_report(load_params(root / "params.yaml"), root / "results", root / "reports", git_commit(root))
+    params = load_params(root / "params.yaml")
+    tables = write_report(params, root / "results", root / "reports", git_commit(root))
+    refresh_report(params, root / "reports", tables["racu"], root)
 
 
 def _print_runs_link(root: Path) -> None:

@@ -431,12 +431,8 @@ def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str
     chain run of the study gets its per-seed RACU (``reports/racu_seeds.csv``) as metrics."""
     import pandas as pd
 
-    from roar.config.params import study_fingerprint, study_from_params
-
-    study = study_from_params(params)
-    tracker = Tracker(study.name, root)
-    parent = tracker.study_run(study.name, study_fingerprint(params), {"study": study.name})
-    with tracker.run("report", "report", parent, {"roar.study": study.name}) as run_id:
+    tracker, study_run, name = _study_tracker(params, root)
+    with tracker.run("report", "report", study_run, {"roar.study": name}) as run_id:
         metrics, intervals = {}, {}
         for _, row in racu.iterrows():
             chain = f"{row['dataset']}.{row['model']}.{'recursive' if row['recursive'] else 'roar'}.{row['measure']}"
@@ -446,14 +442,45 @@ def log_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str
             intervals[f"interval.{chain}"] = f"{row.get('interval', '')} (n_seeds={row['n_seeds']})"
         tracker.log_metrics(run_id, metrics)
         tracker.log_params(run_id, intervals)
-        for path in sorted(reports.iterdir()):
-            if path.is_file():
-                tracker.client.log_artifact(run_id, str(path))
-        if (reports / "figures").is_dir():
-            tracker.client.log_artifacts(run_id, str(reports / "figures"), "figures")
+        _log_report_files(tracker, run_id, reports)
         if (reports / "racu_seeds.csv").is_file():
             tracker.log_chain_racu(pd.read_csv(reports / "racu_seeds.csv"))
     return run_id
+
+
+def refresh_report(params: dict, reports: Path, racu, root: Path = Path(".")) -> str:
+    """Log the report's files again to the study run's latest ``report`` run (a new run if it has none).
+
+    ``roar pipeline`` rewrites the report files made from the run facts (``README.md``, ``compute.csv``,
+    ``machines.csv``) after its report stage logged them: MLflow keeps what is on disk only if they are
+    logged again (same artifact names, so they replace the earlier ones). The RACU, and so the run's
+    metrics and params, are those the stage logged."""
+    tracker, study_run, _ = _study_tracker(params, root)
+    runs = tracker.client.search_runs(
+        [tracker.experiment_id], f"tags.`roar.kind` = 'report' and tags.`mlflow.parentRunId` = '{study_run}'",
+        order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        return log_report(params, reports, racu, root)
+    _log_report_files(tracker, runs[0].info.run_id, reports)
+    return runs[0].info.run_id
+
+
+def _study_tracker(params: dict, root: Path) -> tuple["Tracker", str, str]:
+    """The tracker, the study run and the study's name."""
+    from roar.config.params import study_from_params
+    from roar.tracking.protocol import open_study_run
+
+    name = study_from_params(params).name
+    tracker = Tracker(name, root)
+    return tracker, open_study_run(tracker, params), name
+
+
+def _log_report_files(tracker: "Tracker", run_id: str, reports: Path) -> None:
+    for path in sorted(reports.iterdir()):
+        if path.is_file():
+            tracker.client.log_artifact(run_id, str(path))
+    if (reports / "figures").is_dir():
+        tracker.client.log_artifacts(run_id, str(reports / "figures"), "figures")
 
 
 @contextmanager

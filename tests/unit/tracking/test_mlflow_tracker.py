@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from roar.tracking.protocol import log_curve
-from roar.tracking.mlflow_tracker import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, entry_point, runs_page_url
+from roar.tracking.mlflow_tracker import (EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, Tracker, entry_point, log_report,
+                                          refresh_report, runs_page_url)
+from tests.conftest import tiny_params
 
 
 @pytest.fixture
@@ -165,3 +167,35 @@ def test_the_experiment_says_how_to_reach_its_runs(tmp_path, monkeypatch):
     client.set_experiment_tag(tracker.experiment_id, NOTE_TAG, "mine")
     Tracker("study-a", tmp_path)
     assert client.get_experiment(tracker.experiment_id).tags[NOTE_TAG] == "mine"  # the user's description stays
+
+
+def test_a_rewritten_report_replaces_the_report_runs_files(store: Path) -> None:
+    """`roar pipeline` rewrites README.md and writes machines.csv after its report stage logged the report:
+    the refresh logs them to that same report run, so MLflow keeps what is on disk."""
+    from mlflow.artifacts import download_artifacts
+
+    params = tiny_params()
+    reports = store / "reports"
+    (reports / "figures").mkdir(parents=True)
+    (reports / "README.md").write_text("as the stage wrote it\n")
+    (reports / "figures" / "racu.png").write_bytes(b"png")
+    racu = pd.DataFrame([{"dataset": "babi-1", "model": "m", "measure": "attention", "recursive": True,
+                          "racu_mean": 0.5, "racu_low": None, "racu_high": None, "interval": "", "n_seeds": 1}])
+    stage_run = log_report(params, reports, racu, store)
+    (reports / "README.md").write_text("with this call's machines\n")
+    (reports / "machines.csv").write_text("machine,calls\nx,1\n")
+    assert refresh_report(params, reports, racu, store) == stage_run
+    tracker = Tracker("tiny", store)
+    kinds = [r.data.tags["roar.kind"] for r in tracker.client.search_runs([tracker.experiment_id])]
+    assert sorted(kinds) == ["report", "study"]  # no second report run
+    names = sorted(a.path for a in tracker.client.list_artifacts(stage_run))
+    assert names == ["README.md", "figures", "machines.csv"]
+    local = Path(download_artifacts(run_id=stage_run, artifact_path="README.md", dst_path=str(store / "got")))
+    assert local.read_text() == "with this call's machines\n"
+    assert tracker.client.get_run(stage_run).data.metrics == {"racu_mean.babi-1.m.recursive.attention": 0.5}
+    # a study run with no report run yet (its report stage logged under an earlier commit's study run) gets one
+    fresh = refresh_report(tiny_params("other"), reports, racu, store)
+    other = Tracker("other", store)
+    runs = {r.data.tags["roar.kind"]: r for r in other.client.search_runs([other.experiment_id])}
+    assert sorted(runs) == ["report", "study"] and runs["report"].info.run_id == fresh
+    assert runs["report"].data.tags["mlflow.parentRunId"] == runs["study"].info.run_id
