@@ -476,8 +476,9 @@ def _study_tracker(params: dict, root: Path) -> tuple["Tracker", str, str]:
 
 
 def _log_report_files(tracker: "Tracker", run_id: str, reports: Path) -> None:
+    """The report's top-level files and figures/ (not DVC's ``.gitignore``, written there after the stage)."""
     for path in sorted(reports.iterdir()):
-        if path.is_file():
+        if path.is_file() and not path.name.startswith("."):
             tracker.client.log_artifact(run_id, str(path))
     if (reports / "figures").is_dir():
         tracker.client.log_artifacts(run_id, str(reports / "figures"), "figures")

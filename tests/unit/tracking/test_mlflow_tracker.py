@@ -184,6 +184,7 @@ def test_a_rewritten_report_replaces_the_report_runs_files(store: Path) -> None:
     stage_run = log_report(params, reports, racu, store)
     (reports / "README.md").write_text("with this call's machines\n")
     (reports / "machines.csv").write_text("machine,calls\nx,1\n")
+    (reports / ".gitignore").write_text("/points.csv\n")  # DVC's, written after the stage: not the report's
     assert refresh_report(params, reports, racu, store) == stage_run
     tracker = Tracker("tiny", store)
     kinds = [r.data.tags["roar.kind"] for r in tracker.client.search_runs([tracker.experiment_id])]
