@@ -36,6 +36,14 @@ def project_env(root: Path | None = None, **extra: str) -> dict:
     return env
 
 
+def no_venv_env(root: Path) -> dict:
+    """A stage environment whose PATH lacks this virtualenv (as when a user runs ``.venv/bin/roar``)."""
+    env = project_env(root)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != BIN and p != str(BIN))
+    assert shutil.which("dvc", path=env["PATH"]) is None and shutil.which("roar", path=env["PATH"]) is None
+    return env
+
+
 def sh(*args: str, cwd: Path, env: dict | None = None) -> str:
     """Run a command, fail the test with its output if it fails; returns its stdout."""
     proc = subprocess.run(args, cwd=cwd, env=env or project_env(cwd), capture_output=True, text=True)
@@ -88,13 +96,23 @@ class TinyStudy:
     root: Path
     runs: list
     racu: str  # reports/racu.csv as the pipeline wrote it
+    out: str  # what `roar pipeline` printed
 
 
 @pytest.fixture(scope="session")
 def tiny_study(tmp_path_factory) -> TinyStudy:
+    """Run as a user of a fresh clone runs it: the virtualenv's ``roar`` with the virtualenv off PATH
+    (the stages must find ``dvc`` and ``roar`` all the same)."""
     root = make_project(tmp_path_factory.mktemp("project") / "tiny", tiny_params())
-    sh("roar", "pipeline", "--jobs", "2", cwd=root)
-    return TinyStudy(root, mlflow_runs(root, "tiny"), (root / "reports" / "racu.csv").read_text())
+    out = sh(str(BIN / "roar"), "pipeline", "--jobs", "2", cwd=root, env=no_venv_env(root))
+    return TinyStudy(root, mlflow_runs(root, "tiny"), (root / "reports" / "racu.csv").read_text(), out)
+
+
+def copy_project(root: Path, to: Path) -> Path:
+    """A copy of the finished project ``root`` to change freely: its git history, DVC cache, outputs
+    and MLflow store (runs logged in the copy keep their artifacts beside the original's)."""
+    shutil.copytree(root, to, symlinks=True)
+    return to
 
 
 # Fake credentials for the local S3-protocol server (moto), which accepts any.

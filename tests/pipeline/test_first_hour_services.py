@@ -1,34 +1,24 @@
 """A fresh clone's first hour (issue 24) on a real git + DVC project: the tiny study run by ``.venv/bin/roar``
-without the virtualenv on PATH, ``roar study status`` here and in a clone, and a rerun's ``dvc.lock``."""
+without the virtualenv on PATH (the session's tiny study is run so), ``roar study status`` here and in a clone,
+and a rerun's ``dvc.lock``."""
 
 from __future__ import annotations
 
-import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from tests.pipeline.conftest import BIN, commit, make_project, project_env, sh, tiny_params
-
-
-
-def no_venv_env(root: Path) -> dict:
-    """A stage environment whose PATH lacks this virtualenv (as when running ``.venv/bin/roar``)."""
-    env = project_env(root)
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != BIN and p != str(BIN))
-    assert shutil.which("dvc", path=env["PATH"]) is None and shutil.which("roar", path=env["PATH"]) is None
-    return env
+from tests.pipeline.conftest import BIN, TinyStudy, commit, copy_project, project_env, sh
 
 
 @pytest.fixture(scope="module")
-def ran(tmp_path_factory) -> tuple[Path, str]:
-    """The tiny study, run by the virtualenv's ``roar`` with the virtualenv off PATH; its output."""
-    root = make_project(tmp_path_factory.mktemp("first-hour") / "tiny", tiny_params())
-    out = sh(str(BIN / "roar"), "pipeline", "--jobs", "2", cwd=root, env=no_venv_env(root))
-    commit(root, "ran the tiny study")  # dvc.lock, as a user commits it
-    return root, out
+def ran(tiny_study: TinyStudy) -> tuple[Path, str]:
+    """The session's tiny study, committed as a user commits it (``dvc.lock``); ``roar pipeline``'s output."""
+    commit(tiny_study.root, "ran the tiny study")
+    return tiny_study.root, tiny_study.out
 
 
 def test_venv_roar_runs_the_pipeline_without_the_venv_on_path(ran) -> None:
@@ -67,11 +57,17 @@ def test_study_status_here_after_a_change_and_in_a_clone(ran, tmp_path) -> None:
                                "`dvc pull dvc.yaml`", pullable
 
 
-def test_a_rerun_of_unchanged_inputs_leaves_dvc_lock_unchanged(ran) -> None:
-    root, _ = ran
+def test_a_rerun_of_unchanged_inputs_leaves_dvc_lock_unchanged(ran, tmp_path) -> None:
+    """Forced again (on a copy), the data preparation and the k = 0 trainings rewrite their run records and
+    leave every output hash in ``dvc.lock`` as it was (a rerun from scratch: test_fresh_clone)."""
+    root = copy_project(ran[0], tmp_path / "tiny")
     before = yaml.safe_load((root / "dvc.lock").read_text())
     runs_before = {p: p.read_text() for p in sorted((root / "runs").rglob("k0/*.json"))}
-    sh("dvc", "repro", "--force", cwd=root)
+    k0_stages = [name for name in before["stages"] if name.startswith("train_k0@")]
+    assert len(k0_stages) == 2, k0_stages  # seeds 0 and 1
+    log = sh("dvc", "repro", "--force", *k0_stages, cwd=root)
+    ran_stages = sorted(re.findall(r"Running stage '([^']+)'", log))
+    assert ran_stages == sorted(["prepare@babi-1-bilstm-attention", *k0_stages]), log
     after = yaml.safe_load((root / "dvc.lock").read_text())
     runs_after = {p: p.read_text() for p in sorted((root / "runs").rglob("k0/*.json"))}
     assert runs_before and runs_after.keys() == runs_before.keys()
