@@ -110,7 +110,8 @@ def tiny_study(tmp_path_factory) -> TinyStudy:
 
 def copy_project(root: Path, to: Path) -> Path:
     """A copy of the finished project ``root`` to change freely: its git history, DVC cache, outputs
-    and MLflow store (runs logged in the copy keep their artifacts beside the original's)."""
+    and MLflow store (runs logged in the copy keep their artifacts beside the original's); not its DVC
+    remote (``../dvc-storage``), so push nothing from the copy."""
     shutil.copytree(root, to, symlinks=True)
     return to
 
